@@ -1,0 +1,23 @@
+// Small string helpers shared by parsers and printers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+
+namespace cnlab {
+
+std::string to_lower(std::string_view text);
+std::string_view trim(std::string_view text);
+std::vector<std::string_view> split(std::string_view text, char separator);
+std::string join(const std::vector<std::string>& parts, std::string_view separator);
+
+// Parses a whole base-10 integer (optional leading '-'); `field` names the input in the error.
+Result<int64_t> parse_int(std::string_view text, std::string_view field);
+// Parses a whole decimal number such as "0.5" or "12".
+Result<double> parse_double(std::string_view text, std::string_view field);
+
+}  // namespace cnlab

@@ -1,0 +1,29 @@
+// cnlab: one binary, several roles. This file only dispatches to them.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+int main(int argc, char** argv) {
+  CLI::App app{"cnlab: a GPU-cluster platform that shares, schedules and moves GPU work"};
+  app.require_subcommand(0, 1);
+  app.set_help_all_flag("--help-all", "Show help for every role and command");
+
+  auto* version = app.add_subcommand("version", "Print the version of this binary");
+  auto* help = app.add_subcommand("help", "Show this help");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  if (version->parsed()) {
+    std::printf("cnlab %s\n", CNLAB_VERSION);
+    return 0;
+  }
+  if (help->parsed() || app.get_subcommands().empty()) {
+    std::fputs(app.help().c_str(), stdout);
+    return 0;
+  }
+  return 0;
+}
