@@ -1,0 +1,32 @@
+#include "sched/apply.h"
+
+namespace cnlab::sched {
+
+void apply_decisions(const CycleResult& result, Snapshot& snapshot) {
+  for (const Preemption& p : result.preemptions) {
+    model::Job& victim = snapshot.jobs[p.victim];
+    victim.status.phase = model::JobPhase::kPending;
+    victim.status.placement.clear();
+    victim.status.started_at.reset();
+    victim.status.message = "pre-empted by job " + snapshot.jobs[p.for_job].meta.name;
+  }
+  for (const Repartition& r : result.repartitions) {
+    model::Gpu& gpu = snapshot.nodes[r.node].gpus[r.gpu];
+    gpu.mig_enabled = r.mig_enabled;
+    gpu.mig_instances = r.instances;
+  }
+  for (const Placement& p : result.placements) {
+    model::Job& job = snapshot.jobs[p.job];
+    job.status.phase = model::JobPhase::kRunning;
+    job.status.started_at = snapshot.now;
+    job.status.placement.clear();
+    for (const NodeGrant& grant : p.nodes) {
+      model::NodeBinding binding{snapshot.nodes[grant.node].meta.name, {}};
+      for (const GpuGrant& g : grant.gpus) binding.gpus.push_back({g.gpu, g.blocks, g.vram_mib, g.mig_start});
+      job.status.placement.push_back(std::move(binding));
+      snapshot.nodes[grant.node].idle_since.reset();
+    }
+  }
+}
+
+}  // namespace cnlab::sched

@@ -1,0 +1,281 @@
+#include "sched/cluster_state.h"
+
+#include <algorithm>
+
+namespace cnlab::sched {
+
+ClusterState::ClusterState(const std::vector<model::Node>& nodes) {
+  for (auto& per_model : buckets_) per_model.fill(kNone);
+  for (auto& per_model : whole_buckets_) per_model.fill(kNone);
+  nodes_.reserve(nodes.size());
+  node_allocations_.resize(nodes.size());
+  node_by_name_.reserve(nodes.size());
+  node_model_begin_.reserve(nodes.size() + 1);
+  for (uint32_t n = 0; n < nodes.size(); ++n) {
+    const model::Node& src = nodes[n];
+    NodeState node;
+    node.cpu_total = node.cpu_free = src.cpu_milli;
+    node.mem_total = node.mem_free = src.memory_mib;
+    node.schedulable = src.schedulable();
+    node.gpu_begin = static_cast<uint32_t>(gpus_.size());
+    nodes_.push_back(node);
+    node_by_name_.emplace(src.meta.name, n);
+
+    std::array<int, model::kMaxModels> per_model{};
+    for (const model::Gpu& g : src.gpus) {
+      uint32_t gi = static_cast<uint32_t>(gpus_.size());
+      gpus_.push_back({n, g.index, g.model, g.healthy, g.memory_mib, kNone, kNone});
+      ++per_model[g.model];
+      ++total_gpus_[g.model];
+      if (g.mig_enabled) {
+        // Layouts were validated when the node was decoded; an invalid one here is a caller bug.
+        auto layout = model::MigLayout::create(g.model, g.mig_instances);
+        CNLAB_CHECK_MSG(layout.has_value(), "invalid MIG layout on node " + src.meta.name);
+        gpus_[gi].mig = static_cast<uint32_t>(mig_gpus_.size());
+        mig_gpus_.push_back({*layout, {}});
+        if (node.schedulable && g.healthy) mig_gpus_by_model_[g.model].push_back(gi);
+        for (const auto& instance : g.mig_instances) {
+          const auto& profile = model::gpu_model(g.model).mig_profiles[instance.profile];
+          uint32_t p = add_partition(gi, profile.blocks(), profile.memory_mib, instance.start, instance.profile);
+          mig_gpus_[gpus_[gi].mig].partitions.push_back(p);
+        }
+      } else {
+        gpus_[gi].whole = add_partition(gi, model::kBlocksPerGpu, g.memory_mib, -1, -1);
+      }
+      nodes_[n].blocks_total += model::kBlocksPerGpu;
+    }
+    nodes_[n].gpu_end = static_cast<uint32_t>(gpus_.size());
+
+    node_model_begin_.push_back(static_cast<uint32_t>(node_models_.size()));
+    for (int m = 0; m < model::kMaxModels; ++m) {
+      if (per_model[m] == 0) continue;
+      auto id = static_cast<model::ModelId>(m);
+      max_gpus_per_node_[m] = std::max(max_gpus_per_node_[m], per_model[m]);
+      node_models_.push_back({n, id, 0, kNone, kNone});
+    }
+  }
+  node_model_begin_.push_back(static_cast<uint32_t>(node_models_.size()));
+
+  // Index what is offered: block buckets for every partition, whole counts per node and model.
+  for (uint32_t p = 0; p < partitions_.size(); ++p) {
+    if (offered(p)) index_partition(p);
+  }
+  for (uint32_t e = 0; e < node_models_.size(); ++e) {
+    NodeModel& entry = node_models_[e];
+    if (!nodes_[entry.node].schedulable) continue;
+    int free = 0;
+    for (uint32_t g = nodes_[entry.node].gpu_begin; g < nodes_[entry.node].gpu_end; ++g) {
+      if (gpus_[g].model == entry.model && gpus_[g].whole != kNone && whole_free_gpu(gpus_[g].whole)) ++free;
+    }
+    entry.free = 0;
+    adjust_whole(entry.node, entry.model, free);
+  }
+}
+
+uint32_t ClusterState::add_partition(uint32_t gpu, int blocks, int64_t mem, int mig_start, int mig_profile) {
+  PartitionState p;
+  p.node = gpus_[gpu].node;
+  p.gpu = gpu;
+  p.total_blocks = p.free_blocks = static_cast<int16_t>(blocks);
+  p.total_mem = p.free_mem = mem;
+  p.mig_start = static_cast<int8_t>(mig_start);
+  p.mig_profile = static_cast<int8_t>(mig_profile);
+  p.model = gpus_[gpu].model;
+  partitions_.push_back(p);
+  return static_cast<uint32_t>(partitions_.size() - 1);
+}
+
+bool ClusterState::offered(uint32_t p) const {
+  const PartitionState& part = partitions_[p];
+  return nodes_[part.node].schedulable && gpus_[part.gpu].healthy;
+}
+
+uint32_t ClusterState::find_node(std::string_view name) const {
+  auto it = node_by_name_.find(name);
+  return it == node_by_name_.end() ? kNone : it->second;
+}
+
+uint32_t ClusterState::find_partition(uint32_t node, int gpu_index, int mig_start) const {
+  const NodeState& n = nodes_[node];
+  if (gpu_index < 0 || static_cast<uint32_t>(gpu_index) >= n.gpu_end - n.gpu_begin) return kNone;
+  const GpuState& g = gpus_[n.gpu_begin + gpu_index];
+  if (mig_start < 0) return g.whole;
+  if (g.mig == kNone) return kNone;
+  for (uint32_t p : mig_gpus_[g.mig].partitions) {
+    if (partitions_[p].mig_start == mig_start) return p;
+  }
+  return kNone;
+}
+
+bool ClusterState::whole_free_gpu(uint32_t p) const {
+  const PartitionState& part = partitions_[p];
+  return part.mig_start < 0 && part.jobs == 0 && gpus_[part.gpu].healthy;
+}
+
+void ClusterState::index_partition(uint32_t p) {
+  PartitionState& part = partitions_[p];
+  if (part.exclusive || part.free_blocks <= 0) return;
+  uint32_t& head = buckets_[part.model][part.free_blocks];
+  part.prev = kNone;
+  part.next = head;
+  if (head != kNone) partitions_[head].prev = p;
+  head = p;
+  part.indexed = true;
+}
+
+void ClusterState::unindex_partition(uint32_t p) {
+  PartitionState& part = partitions_[p];
+  if (!part.indexed) return;
+  if (part.prev != kNone) partitions_[part.prev].next = part.next;
+  else buckets_[part.model][part.free_blocks] = part.next;
+  if (part.next != kNone) partitions_[part.next].prev = part.prev;
+  part.prev = part.next = kNone;
+  part.indexed = false;
+}
+
+void ClusterState::reindex_partition(uint32_t p) {
+  unindex_partition(p);
+  if (offered(p)) index_partition(p);
+}
+
+uint32_t ClusterState::node_model(uint32_t node, model::ModelId model) const {
+  for (uint32_t e = node_model_begin_[node]; e < node_model_begin_[node + 1]; ++e) {
+    if (node_models_[e].model == model) return e;
+  }
+  return kNone;
+}
+
+void ClusterState::adjust_whole(uint32_t node, model::ModelId model, int delta) {
+  if (!nodes_[node].schedulable) return;
+  uint32_t e = node_model(node, model);
+  CNLAB_CHECK(e != kNone);
+  NodeModel& entry = node_models_[e];
+  auto bucket_of = [](int free) { return std::min(free, kWholeBuckets - 1); };
+  if (entry.free > 0) {
+    if (entry.prev != kNone) node_models_[entry.prev].next = entry.next;
+    else whole_buckets_[model][bucket_of(entry.free)] = entry.next;
+    if (entry.next != kNone) node_models_[entry.next].prev = entry.prev;
+  }
+  entry.free += delta;
+  CNLAB_CHECK(entry.free >= 0);
+  entry.prev = entry.next = kNone;
+  if (entry.free > 0) {
+    uint32_t& head = whole_buckets_[model][bucket_of(entry.free)];
+    entry.next = head;
+    if (head != kNone) node_models_[head].prev = e;
+    head = e;
+  }
+}
+
+int ClusterState::whole_free(uint32_t node, model::ModelId model) const {
+  uint32_t e = node_model(node, model);
+  return e == kNone ? 0 : node_models_[e].free;
+}
+
+int ClusterState::most_whole_free(model::ModelId model) const {
+  for (int count = kWholeBuckets - 1; count > 0; --count) {
+    if (whole_buckets_[model][count] != kNone) {
+      if (count < kWholeBuckets - 1) return count;
+      int most = 0;
+      for (uint32_t e = whole_buckets_[model][count]; e != kNone; e = node_models_[e].next) {
+        most = std::max(most, node_models_[e].free);
+      }
+      return most;
+    }
+  }
+  return 0;
+}
+
+int ClusterState::largest_free_blocks(model::ModelId model) const {
+  for (int b = model::kBlocksPerGpu; b > 0; --b) {
+    if (buckets_[model][b] != kNone) return b;
+  }
+  return 0;
+}
+
+bool ClusterState::apply(const Allocation& a, int sign, bool exclusive_mig) {
+  NodeState& n = nodes_[a.node];
+  bool over = sign < 0 && (a.cpu > n.cpu_free || a.mem > n.mem_free);
+  n.cpu_free += sign * a.cpu;
+  n.mem_free += sign * a.mem;
+  n.allocations += sign < 0 ? 1 : -1;
+  for (const PartUse& use : parts(a)) {
+    PartitionState& part = partitions_[use.partition];
+    bool offer = offered(use.partition);
+    bool was_whole_free = whole_free_gpu(use.partition);
+    if (sign < 0) {
+      over = over || use.blocks > part.free_blocks || use.mem > part.free_mem || part.exclusive ||
+             (exclusive_mig && part.jobs > 0);
+    }
+    unindex_partition(use.partition);
+    part.free_blocks = static_cast<int16_t>(part.free_blocks + sign * use.blocks);
+    part.free_mem += sign * use.mem;
+    part.jobs = static_cast<uint16_t>(part.jobs - sign);
+    if (sign < 0) part.exclusive = part.exclusive || exclusive_mig;
+    else if (part.jobs == 0) part.exclusive = false;
+    n.blocks_used -= sign * use.blocks;
+    if (offer) index_partition(use.partition);
+    bool is_whole_free = whole_free_gpu(use.partition);
+    if (offer && was_whole_free != is_whole_free) adjust_whole(a.node, part.model, is_whole_free ? +1 : -1);
+  }
+  return over;
+}
+
+uint32_t ClusterState::allocate(JobIndex job, uint32_t node, int64_t cpu, int64_t mem, std::span<const PartUse> uses,
+                                bool exclusive_mig, Time start, Time end, bool* overcommitted) {
+  for (const PartUse& use : uses) CNLAB_CHECK(partitions_[use.partition].node == node);
+  Allocation a{job, node, start, end, cpu, mem, static_cast<uint32_t>(parts_.size()),
+               static_cast<uint32_t>(uses.size()), true, exclusive_mig};
+  parts_.insert(parts_.end(), uses.begin(), uses.end());
+  bool over = apply(a, -1, exclusive_mig);
+  if (overcommitted) *overcommitted = over;
+  node_allocations_[node].push_back(static_cast<uint32_t>(allocations_.size()));
+  allocations_.push_back(a);
+  return static_cast<uint32_t>(allocations_.size() - 1);
+}
+
+void ClusterState::release(uint32_t allocation) {
+  Allocation& a = allocations_[allocation];
+  if (!a.live) return;
+  a.live = false;
+  apply(a, +1, false);
+  auto& list = node_allocations_[a.node];
+  list.erase(std::find(list.begin(), list.end(), allocation));
+}
+
+void ClusterState::restore(uint32_t allocation) {
+  Allocation& a = allocations_[allocation];
+  if (a.live) return;
+  a.live = true;
+  apply(a, -1, a.exclusive_mig);
+  node_allocations_[a.node].push_back(allocation);
+}
+
+void ClusterState::enable_mig(uint32_t gpu) {
+  GpuState& g = gpus_[gpu];
+  CNLAB_CHECK(g.whole != kNone && partitions_[g.whole].jobs == 0);
+  uint32_t old = g.whole;
+  unindex_partition(old);
+  if (offered(old)) adjust_whole(g.node, g.model, -1);
+  // The old partition stays in the vector (indices are stable) but is no longer reachable.
+  partitions_[old].free_blocks = 0;
+  partitions_[old].exclusive = true;
+  g.whole = kNone;
+  g.mig = static_cast<uint32_t>(mig_gpus_.size());
+  mig_gpus_.push_back({model::MigLayout(g.model), {}});
+  if (nodes_[g.node].schedulable && g.healthy) mig_gpus_by_model_[g.model].push_back(gpu);
+}
+
+uint32_t ClusterState::create_instance(uint32_t gpu, int profile, int start) {
+  GpuState& g = gpus_[gpu];
+  CNLAB_CHECK(g.mig != kNone);
+  MigGpu& mig = mig_gpus_[g.mig];
+  CNLAB_CHECK(mig.layout.add(profile, start).has_value());
+  const auto& p = model::gpu_model(g.model).mig_profiles[profile];
+  uint32_t part = add_partition(gpu, p.blocks(), p.memory_mib, start, profile);
+  mig_gpus_[g.mig].partitions.push_back(part);
+  if (offered(part)) index_partition(part);
+  return part;
+}
+
+}  // namespace cnlab::sched

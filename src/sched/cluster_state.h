@@ -1,0 +1,173 @@
+// The occupancy of the cluster during one cycle: nodes, GPUs, partitions (a whole GPU or one MIG
+// instance: the unit 1% blocks are carved from) and what holds them, with the indexes that make a
+// placement search cost O(candidates) instead of O(cluster). Private to src/sched.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "common/time.h"
+#include "model/model.h"
+#include "sched/decision.h"
+
+namespace cnlab::sched {
+
+inline constexpr uint32_t kNone = UINT32_MAX;
+inline constexpr Time kNever = Time::max();
+
+struct NodeState {
+  int64_t cpu_total = 0, cpu_free = 0;
+  int64_t mem_total = 0, mem_free = 0;
+  uint32_t gpu_begin = 0, gpu_end = 0;  // into gpus()
+  uint32_t allocations = 0;             // live allocations on the node
+  int32_t blocks_total = 0, blocks_used = 0;
+  bool schedulable = false;
+};
+
+struct PartitionState {
+  uint32_t node = 0, gpu = 0;
+  int16_t total_blocks = 0, free_blocks = 0;
+  int8_t mig_start = -1;    // -1: the whole GPU
+  int8_t mig_profile = -1;
+  model::ModelId model = 0;
+  bool exclusive = false;  // held whole by a MIG request; no blocks may be carved from it
+  bool indexed = false;    // listed in the free-blocks buckets
+  uint16_t jobs = 0;
+  int64_t total_mem = 0, free_mem = 0;
+  uint32_t prev = kNone, next = kNone;  // bucket links
+
+  bool empty() const { return jobs == 0; }
+};
+
+struct GpuState {
+  uint32_t node = 0;
+  int index = 0;
+  model::ModelId model = 0;
+  bool healthy = true;
+  int64_t memory_mib = 0;
+  uint32_t whole = kNone;  // its partition when not in MIG mode
+  uint32_t mig = kNone;    // into mig_gpu() when in MIG mode
+};
+
+struct MigGpu {
+  model::MigLayout layout;
+  std::vector<uint32_t> partitions;  // one per instance
+};
+
+// One part of an allocation: blocks and VRAM on one partition.
+struct PartUse {
+  uint32_t partition = 0;
+  int16_t blocks = 0;
+  int64_t mem = 0;
+};
+
+// What one job holds on one node (a multi-node gang has one allocation per node).
+struct Allocation {
+  JobIndex job = 0;
+  uint32_t node = 0;
+  Time start{};
+  Time end = kNever;  // expected end; kNever when the job has no estimate
+  int64_t cpu = 0, mem = 0;
+  uint32_t parts_begin = 0, parts_count = 0;  // into parts()
+  bool live = true;
+  bool exclusive_mig = false;  // a MIG request holding its instance whole
+};
+
+class ClusterState {
+ public:
+  // Builds the state of `nodes` with nothing allocated. Unhealthy GPUs and unschedulable nodes are
+  // kept (running work may sit on them) but never offered to new work.
+  explicit ClusterState(const std::vector<model::Node>& nodes);
+
+  uint32_t node_count() const { return static_cast<uint32_t>(nodes_.size()); }
+  const NodeState& node(uint32_t n) const { return nodes_[n]; }
+  std::span<const GpuState> gpus() const { return gpus_; }
+  const GpuState& gpu(uint32_t g) const { return gpus_[g]; }
+  const PartitionState& partition(uint32_t p) const { return partitions_[p]; }
+  const MigGpu& mig_gpu(uint32_t m) const { return mig_gpus_[m]; }
+  const Allocation& allocation(uint32_t a) const { return allocations_[a]; }
+  uint32_t allocation_count() const { return static_cast<uint32_t>(allocations_.size()); }
+  std::span<const PartUse> parts(const Allocation& a) const { return {parts_.data() + a.parts_begin, a.parts_count}; }
+  const std::vector<uint32_t>& node_allocations(uint32_t n) const { return node_allocations_[n]; }
+
+  uint32_t find_node(std::string_view name) const;  // kNone when absent
+  // The partition for (node, gpu index, mig_start); kNone when there is no such GPU or instance.
+  uint32_t find_partition(uint32_t node, int gpu_index, int mig_start) const;
+
+  // VRAM a block grant of `blocks` takes on `p` unless the request names its own quota.
+  int64_t default_mem(const PartitionState& p, int blocks) const {
+    return p.total_blocks == 0 ? 0 : p.total_mem * blocks / p.total_blocks;
+  }
+  // Whether a new grant may use this partition at all (schedulable node, healthy GPU).
+  bool offered(uint32_t p) const;
+
+  // Records that `job` holds `uses` (and cpu/mem) on `node`. Over-commitment is applied (running
+  // work is real) but reported through the return value so the caller can warn.
+  uint32_t allocate(JobIndex job, uint32_t node, int64_t cpu, int64_t mem, std::span<const PartUse> uses,
+                    bool exclusive_mig, Time start, Time end, bool* overcommitted = nullptr);
+  void release(uint32_t allocation);
+  // Re-applies a released allocation under its old id (to undo a tentative release).
+  void restore(uint32_t allocation);
+
+  // MIG changes decided during the cycle. enable_mig requires an empty whole GPU.
+  void enable_mig(uint32_t gpu);
+  uint32_t create_instance(uint32_t gpu, int profile, int start);
+
+  // Free-blocks buckets: partitions offered to block requests, per model, by free blocks.
+  uint32_t bucket_head(model::ModelId model, int free_blocks) const { return buckets_[model][free_blocks]; }
+  int largest_free_blocks(model::ModelId model) const;
+
+  // Whole-GPU index: per (node, model), how many whole GPUs are completely free, bucketed by count.
+  int whole_free(uint32_t node, model::ModelId model) const;
+  uint32_t whole_bucket_head(model::ModelId model, int count) const { return whole_buckets_[model][count]; }
+  uint32_t whole_entry_node(uint32_t entry) const { return node_models_[entry].node; }
+  uint32_t whole_entry_next(uint32_t entry) const { return node_models_[entry].next; }
+  int most_whole_free(model::ModelId model) const;
+  int max_gpus_per_node(model::ModelId model) const { return max_gpus_per_node_[model]; }
+  int total_gpus(model::ModelId model) const { return total_gpus_[model]; }
+  const std::vector<uint32_t>& mig_gpus_of(model::ModelId model) const { return mig_gpus_by_model_[model]; }
+
+  static constexpr int kWholeBuckets = 65;  // counts above 64 share the last bucket
+
+ private:
+  struct NodeModel {
+    uint32_t node = 0;
+    model::ModelId model = 0;
+    int free = 0;
+    uint32_t prev = kNone, next = kNone;
+  };
+
+  // Takes (sign = -1) or gives back (sign = +1) what an allocation holds; returns whether taking
+  // over-committed anything.
+  bool apply(const Allocation& a, int sign, bool exclusive_mig);
+  uint32_t add_partition(uint32_t gpu, int blocks, int64_t mem, int mig_start, int mig_profile);
+  void index_partition(uint32_t p);
+  void unindex_partition(uint32_t p);
+  void reindex_partition(uint32_t p);
+  bool whole_free_gpu(uint32_t p) const;
+  void adjust_whole(uint32_t node, model::ModelId model, int delta);
+  uint32_t node_model(uint32_t node, model::ModelId model) const;
+
+  std::vector<NodeState> nodes_;
+  std::vector<GpuState> gpus_;
+  std::vector<PartitionState> partitions_;
+  std::vector<MigGpu> mig_gpus_;
+  std::vector<Allocation> allocations_;
+  std::vector<PartUse> parts_;
+  std::vector<std::vector<uint32_t>> node_allocations_;
+  std::vector<NodeModel> node_models_;
+  std::vector<uint32_t> node_model_begin_;  // node -> first NodeModel entry; entries of a node are contiguous
+  std::unordered_map<std::string_view, uint32_t> node_by_name_;
+  std::array<std::array<uint32_t, model::kBlocksPerGpu + 1>, model::kMaxModels> buckets_;
+  std::array<std::array<uint32_t, kWholeBuckets>, model::kMaxModels> whole_buckets_;
+  std::array<int, model::kMaxModels> max_gpus_per_node_{};
+  std::array<int, model::kMaxModels> total_gpus_{};
+  std::array<std::vector<uint32_t>, model::kMaxModels> mig_gpus_by_model_;
+};
+
+}  // namespace cnlab::sched

@@ -1,0 +1,106 @@
+// What one scheduling cycle decides. Jobs are referred to by their index in Snapshot::jobs and
+// nodes by their index in Snapshot::nodes, so a result is cheap to build and to apply.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/time.h"
+#include "model/model.h"
+
+namespace cnlab::sched {
+
+using JobIndex = uint32_t;
+using NodeIndex = uint32_t;
+
+struct GpuGrant {
+  int gpu = 0;           // index on the node
+  int blocks = 0;        // 100 for a whole GPU; the instance's blocks for a MIG request
+  int64_t vram_mib = 0;  // the VRAM quota to enforce
+  int mig_start = -1;    // the MIG instance the grant sits in (by first memory slot), -1 for none
+
+  bool operator==(const GpuGrant&) const = default;
+};
+
+struct NodeGrant {
+  NodeIndex node = 0;
+  std::vector<GpuGrant> gpus;
+  bool operator==(const NodeGrant&) const = default;
+};
+
+// Start `job` on these GPUs. When `after_preempting` is not empty the grant is valid once those
+// jobs have exited (they are in CycleResult::preemptions).
+struct Placement {
+  JobIndex job = 0;
+  std::vector<NodeGrant> nodes;
+  std::vector<JobIndex> after_preempting;
+  bool operator==(const Placement&) const = default;
+};
+
+// Evict `victim` to make room for `for_job`. A checkpointable victim is checkpointed first and
+// requeued to resume from that checkpoint; any other victim is stopped and requeued from the start.
+struct Preemption {
+  JobIndex victim = 0;
+  JobIndex for_job = 0;
+  bool checkpoint = false;
+  bool requeue = true;
+  Duration work_lost{0};  // run time since the victim's last checkpoint (or start)
+  bool operator==(const Preemption&) const = default;
+};
+
+// `job` cannot start now; capacity is held for it on `node` from `start`.
+struct Reservation {
+  JobIndex job = 0;
+  NodeIndex node = 0;
+  Time start{};
+  bool meets_deadline = true;  // false when the job has a deadline this start cannot meet
+  bool operator==(const Reservation&) const = default;
+};
+
+// Change a GPU's MIG mode or instances before a placement on it. `instances` is the complete new
+// layout (the existing instances plus the ones to create).
+struct Repartition {
+  NodeIndex node = 0;
+  int gpu = 0;
+  bool mig_enabled = true;
+  std::vector<model::MigInstance> instances;
+  bool operator==(const Repartition&) const = default;
+};
+
+struct PowerDownCandidate {
+  NodeIndex node = 0;
+  Time idle_since{};
+  bool operator==(const PowerDownCandidate&) const = default;
+};
+
+// A job left waiting, with the index of its human-readable reason in CycleResult::reasons
+// (many jobs of the same shape share one reason).
+struct Waiting {
+  JobIndex job = 0;
+  uint32_t reason = 0;
+  bool operator==(const Waiting&) const = default;
+};
+
+struct CycleStats {
+  uint32_t pending = 0;
+  uint32_t running = 0;
+  uint32_t placement_attempts = 0;  // searches run (failures answered from memory do not count)
+  uint32_t candidates_scored = 0;
+};
+
+struct CycleResult {
+  std::vector<Placement> placements;  // in the order they were decided
+  std::vector<Preemption> preemptions;
+  std::vector<Reservation> reservations;
+  std::vector<Repartition> repartitions;
+  std::vector<PowerDownCandidate> power_down;
+  std::vector<Waiting> waiting;      // every pending job not placed, in queue order
+  std::vector<std::string> reasons;  // texts referred to by Waiting::reason
+  std::vector<std::string> warnings;  // inconsistencies found in the snapshot (and worked around)
+  CycleStats stats;
+
+  const std::string& reason_for(JobIndex job) const;  // empty when the job is not waiting
+};
+
+}  // namespace cnlab::sched

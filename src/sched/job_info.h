@@ -1,0 +1,33 @@
+// What the cycle knows of each job, resolved once from the snapshot. Private to src/sched.
+#pragma once
+
+#include <optional>
+
+#include "common/time.h"
+#include "sched/decision.h"
+#include "sched/job_shape.h"
+
+namespace cnlab::sched {
+
+struct JobInfo {
+  JobIndex index = 0;
+  bool running = false;
+  int tier = 0;  // 0 is the highest
+  uint32_t project = 0, user = 0;  // interned ids; user ids are global, not per project
+  JobShape shape;
+  Time submitted{};
+  std::optional<Time> deadline;
+  Duration estimate{0};  // 0: unknown
+  bool checkpointable = false;
+  Duration min_runtime{0};
+  Time started{};          // running jobs
+  Time last_checkpoint{};  // running jobs; == started when none was taken
+
+  // The latest start that still meets the deadline; nullopt without a deadline or an estimate.
+  std::optional<Time> latest_start() const {
+    if (!deadline || estimate.count() <= 0) return std::nullopt;
+    return *deadline - estimate;
+  }
+};
+
+}  // namespace cnlab::sched

@@ -1,0 +1,36 @@
+// A job's request resolved once per cycle into what the placement search reads. Private to src/sched.
+#pragma once
+
+#include <cstdint>
+
+#include "model/model.h"
+
+namespace cnlab::sched {
+
+struct JobShape {
+  model::SliceKind kind = model::SliceKind::kWhole;
+  model::ModelMask models = 0;  // 0 = any
+  int blocks = model::kBlocksPerGpu;  // per GPU
+  int gpu_count = 1;
+  int mig_profile = -1;
+  int64_t vram_mib = -1;  // -1: the blocks' share of the partition's memory
+  int64_t cpu_milli = 0, memory_mib = 0;  // host resources for the whole job
+
+  static JobShape of(const model::JobSpec& spec) {
+    JobShape s;
+    s.kind = spec.gpu.kind;
+    s.models = spec.gpu.models;
+    s.blocks = spec.gpu.blocks;
+    s.gpu_count = spec.gpu.gpu_count;
+    s.mig_profile = spec.gpu.mig_profile;
+    s.vram_mib = spec.gpu.vram_mib.value_or(-1);
+    s.cpu_milli = spec.cpu_milli;
+    s.memory_mib = spec.memory_mib;
+    return s;
+  }
+  model::ModelId mig_model() const { return static_cast<model::ModelId>(__builtin_ctz(models)); }
+  int total_blocks() const { return blocks * gpu_count; }
+  bool operator==(const JobShape&) const = default;
+};
+
+}  // namespace cnlab::sched

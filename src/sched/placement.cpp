@@ -1,0 +1,265 @@
+#include "sched/placement.h"
+
+#include <algorithm>
+
+namespace cnlab::sched {
+
+struct PlacementSearch::Best {
+  std::optional<Plan> plan;
+  int feasible = 0;
+  uint32_t scored = 0;
+  int limit = 1;
+  std::vector<PartUse> scratch;
+
+  bool full() const { return feasible >= limit; }
+  // Keeps the candidate when it beats the best so far; the first of equal costs wins, so the
+  // search order (tightest bucket first) breaks ties deterministically.
+  void offer(double cost, PlannedNode&& node) {
+    ++feasible;
+    if (plan && cost >= plan->cost) return;
+    plan = Plan{{std::move(node)}, cost};
+  }
+};
+
+bool PlacementSearch::host_fits(uint32_t node, int64_t cpu, int64_t mem) const {
+  const NodeState& n = state_.node(node);
+  return n.cpu_free >= cpu && n.mem_free >= mem;
+}
+
+namespace {
+
+model::ModelMask present_models(const ClusterState& state, model::ModelMask wanted) {
+  model::ModelMask present = 0;
+  for (int m = 0; m < model::kMaxModels; ++m) {
+    auto id = static_cast<model::ModelId>(m);
+    if (state.total_gpus(id) > 0 && model::mask_allows(wanted, id)) present |= model::model_bit(id);
+  }
+  return present;
+}
+
+}  // namespace
+
+void PlacementSearch::blocks(const JobShape& shape, Time now, Time end, uint32_t only_node, Best& best) const {
+  model::ModelMask models = present_models(state_, shape.models);
+  for (int b = shape.blocks; b <= model::kBlocksPerGpu && !best.full(); ++b) {
+    for (model::ModelMask rest = models; rest != 0 && !best.full(); rest &= rest - 1) {
+      auto m = static_cast<model::ModelId>(__builtin_ctz(rest));
+      for (uint32_t p = state_.bucket_head(m, b); p != kNone && !best.full(); p = state_.partition(p).next) {
+        const PartitionState& part = state_.partition(p);
+        if (only_node != kNone && part.node != only_node) continue;
+        if (!host_fits(part.node, shape.cpu_milli, shape.memory_mib)) continue;
+        int64_t mem = shape.vram_mib >= 0 ? shape.vram_mib : state_.default_mem(part, shape.blocks);
+        if (part.free_mem < mem) continue;
+        PartUse use{p, static_cast<int16_t>(shape.blocks), mem};
+        if (!calendar_.allows(part.node, now, end, shape.cpu_milli, shape.memory_mib, {&use, 1})) continue;
+        CandidateView view{part.node, {&use, 1}, shape.cpu_milli, shape.memory_mib, part.empty() ? 1 : 0, 0};
+        ++best.scored;
+        double cost = scorer_.cost(state_, shape, view);
+        if (!best.plan || cost < best.plan->cost) {
+          best.offer(cost, PlannedNode{part.node, shape.cpu_milli, shape.memory_mib, {use}});
+        } else {
+          ++best.feasible;
+        }
+      }
+    }
+  }
+}
+
+void PlacementSearch::whole_on_node(const JobShape& shape, uint32_t node, model::ModelId model, Time now, Time end,
+                                    Best& best) const {
+  if (!host_fits(node, shape.cpu_milli, shape.memory_mib)) return;
+  const NodeState& n = state_.node(node);
+  best.scratch.clear();
+  for (uint32_t g = n.gpu_begin; g < n.gpu_end && static_cast<int>(best.scratch.size()) < shape.gpu_count; ++g) {
+    const GpuState& gpu = state_.gpu(g);
+    if (gpu.model != model || gpu.whole == kNone || !gpu.healthy) continue;
+    const PartitionState& part = state_.partition(gpu.whole);
+    if (!part.empty()) continue;
+    best.scratch.push_back({gpu.whole, part.total_blocks, part.total_mem});
+  }
+  if (static_cast<int>(best.scratch.size()) < shape.gpu_count) return;
+  if (!calendar_.allows(node, now, end, shape.cpu_milli, shape.memory_mib, best.scratch)) return;
+  CandidateView view{node, best.scratch, shape.cpu_milli, shape.memory_mib, shape.gpu_count, 0};
+  ++best.scored;
+  double cost = scorer_.cost(state_, shape, view);
+  if (!best.plan || cost < best.plan->cost) {
+    best.offer(cost, PlannedNode{node, shape.cpu_milli, shape.memory_mib, best.scratch});
+  } else {
+    ++best.feasible;
+  }
+}
+
+void PlacementSearch::whole_single(const JobShape& shape, Time now, Time end, Best& best) const {
+  model::ModelMask models = present_models(state_, shape.models);
+  // Fewest free whole GPUs first: fill partly used nodes and keep empty ones whole.
+  for (int count = std::min(shape.gpu_count, ClusterState::kWholeBuckets - 1);
+       count < ClusterState::kWholeBuckets && !best.full(); ++count) {
+    for (model::ModelMask rest = models; rest != 0 && !best.full(); rest &= rest - 1) {
+      auto m = static_cast<model::ModelId>(__builtin_ctz(rest));
+      if (state_.max_gpus_per_node(m) < shape.gpu_count) continue;
+      for (uint32_t e = state_.whole_bucket_head(m, count); e != kNone && !best.full();
+           e = state_.whole_entry_next(e)) {
+        whole_on_node(shape, state_.whole_entry_node(e), m, now, end, best);
+      }
+    }
+  }
+}
+
+void PlacementSearch::whole_multi(const JobShape& shape, Time now, Time end, Best& best) const {
+  // A gang larger than any node of its model: whole nodes first (fewest nodes), all or nothing.
+  model::ModelMask models = present_models(state_, shape.models);
+  for (model::ModelMask rest = models; rest != 0; rest &= rest - 1) {
+    auto m = static_cast<model::ModelId>(__builtin_ctz(rest));
+    if (state_.max_gpus_per_node(m) >= shape.gpu_count) continue;
+    Plan plan;
+    int gathered = 0;
+    for (int count = ClusterState::kWholeBuckets - 1; count > 0 && gathered < shape.gpu_count; --count) {
+      for (uint32_t e = state_.whole_bucket_head(m, count); e != kNone && gathered < shape.gpu_count;
+           e = state_.whole_entry_next(e)) {
+        uint32_t node = state_.whole_entry_node(e);
+        const NodeState& n = state_.node(node);
+        PlannedNode planned{node, 0, 0, {}};
+        for (uint32_t g = n.gpu_begin; g < n.gpu_end && gathered + static_cast<int>(planned.uses.size()) <
+                                                              shape.gpu_count; ++g) {
+          const GpuState& gpu = state_.gpu(g);
+          if (gpu.model != m || gpu.whole == kNone || !gpu.healthy || !state_.partition(gpu.whole).empty()) continue;
+          planned.uses.push_back({gpu.whole, model::kBlocksPerGpu, state_.partition(gpu.whole).total_mem});
+        }
+        // Host resources are split in proportion to the GPUs each node gets (rounded up).
+        int k = static_cast<int>(planned.uses.size());
+        planned.cpu = (shape.cpu_milli * k + shape.gpu_count - 1) / shape.gpu_count;
+        planned.mem = (shape.memory_mib * k + shape.gpu_count - 1) / shape.gpu_count;
+        if (k == 0 || !host_fits(node, planned.cpu, planned.mem) ||
+            !calendar_.allows(node, now, end, planned.cpu, planned.mem, planned.uses)) {
+          continue;
+        }
+        gathered += k;
+        CandidateView view{node, planned.uses, planned.cpu, planned.mem, k, 0};
+        plan.cost += scorer_.cost(state_, shape, view);
+        ++best.scored;
+        plan.nodes.push_back(std::move(planned));
+      }
+    }
+    if (gathered == shape.gpu_count && (!best.plan || plan.nodes.size() < best.plan->nodes.size())) {
+      best.plan = std::move(plan);
+      ++best.feasible;
+    }
+  }
+}
+
+void PlacementSearch::mig(const JobShape& shape, Time now, Time end, uint32_t only_node, Best& best) const {
+  model::ModelId m = shape.mig_model();
+  auto consider = [&](uint32_t node, const PlannedNode& planned, std::span<const PartUse> uses, int change) {
+    if (!host_fits(node, shape.cpu_milli, shape.memory_mib)) return;
+    if (!calendar_.allows(node, now, end, shape.cpu_milli, shape.memory_mib, uses)) return;
+    CandidateView view{node, uses, shape.cpu_milli, shape.memory_mib, 0, change};
+    ++best.scored;
+    double cost = scorer_.cost(state_, shape, view);
+    if (!best.plan || cost < best.plan->cost) best.offer(cost, PlannedNode(planned));
+    else ++best.feasible;
+  };
+  // 1. An existing free instance of the profile; 2. a new instance in free slots.
+  for (int pass = 0; pass < 2 && !best.full(); ++pass) {
+    for (uint32_t g : state_.mig_gpus_of(m)) {
+      if (best.full()) break;
+      const GpuState& gpu = state_.gpu(g);
+      if (only_node != kNone && gpu.node != only_node) continue;
+      if (gpu.mig == kNone) continue;
+      const MigGpu& mig = state_.mig_gpu(gpu.mig);
+      if (pass == 0) {
+        for (uint32_t p : mig.partitions) {
+          const PartitionState& part = state_.partition(p);
+          if (part.mig_profile != shape.mig_profile || !part.empty() || part.exclusive) continue;
+          PartUse use{p, part.total_blocks, part.total_mem};
+          consider(gpu.node, PlannedNode{gpu.node, shape.cpu_milli, shape.memory_mib, {use}}, {&use, 1}, 0);
+          break;
+        }
+      } else {
+        int start = mig.layout.first_fit(shape.mig_profile);
+        if (start < 0) continue;
+        PlannedNode planned{gpu.node, shape.cpu_milli, shape.memory_mib, {}, g, false, shape.mig_profile, start};
+        consider(gpu.node, planned, {}, 1);
+      }
+    }
+  }
+  // 3. An idle whole GPU turned to MIG, on the busiest node that has one.
+  if (!limits_.repartition || best.plan) return;
+  for (int count = 1; count < ClusterState::kWholeBuckets && !best.full(); ++count) {
+    for (uint32_t e = state_.whole_bucket_head(m, count); e != kNone && !best.full(); e = state_.whole_entry_next(e)) {
+      uint32_t node = state_.whole_entry_node(e);
+      if (only_node != kNone && node != only_node) continue;
+      const NodeState& n = state_.node(node);
+      for (uint32_t g = n.gpu_begin; g < n.gpu_end; ++g) {
+        const GpuState& gpu = state_.gpu(g);
+        if (gpu.model != m || gpu.whole == kNone || !gpu.healthy || !state_.partition(gpu.whole).empty()) continue;
+        PlannedNode planned{node, shape.cpu_milli, shape.memory_mib, {}, g, true, shape.mig_profile, 0};
+        consider(node, planned, {}, 2);
+        break;
+      }
+    }
+  }
+}
+
+std::optional<Plan> PlacementSearch::find(const JobShape& shape, Time now, Time end, uint32_t* scored) const {
+  Best best;
+  best.limit = limits_.candidates;
+  switch (shape.kind) {
+    case model::SliceKind::kBlocks: blocks(shape, now, end, kNone, best); break;
+    case model::SliceKind::kMig: mig(shape, now, end, kNone, best); break;
+    case model::SliceKind::kWhole:
+      whole_single(shape, now, end, best);
+      if (!best.plan) whole_multi(shape, now, end, best);
+      break;
+  }
+  if (scored) *scored += best.scored;
+  return std::move(best.plan);
+}
+
+std::optional<Plan> PlacementSearch::find_on_node(const JobShape& shape, uint32_t node, Time now, Time end) const {
+  Best best;
+  best.limit = limits_.candidates;
+  switch (shape.kind) {
+    case model::SliceKind::kBlocks: blocks(shape, now, end, node, best); break;
+    case model::SliceKind::kMig: mig(shape, now, end, node, best); break;
+    case model::SliceKind::kWhole: {
+      const NodeState& n = state_.node(node);
+      model::ModelMask seen = 0;
+      for (uint32_t g = n.gpu_begin; g < n.gpu_end; ++g) {
+        model::ModelId m = state_.gpu(g).model;
+        if (!model::mask_allows(shape.models, m) || (seen & model::model_bit(m))) continue;
+        seen |= model::model_bit(m);
+        whole_on_node(shape, node, m, now, end, best);
+      }
+      break;
+    }
+  }
+  return std::move(best.plan);
+}
+
+Applied apply_plan(ClusterState& state, Calendar& calendar, const Plan& plan, JobIndex job, bool exclusive_mig,
+                   Time now, Time end) {
+  Applied applied;
+  for (const PlannedNode& planned : plan.nodes) {
+    std::vector<PartUse> uses = planned.uses;
+    if (planned.mig_gpu != kNone) {
+      const GpuState& gpu = state.gpu(planned.mig_gpu);
+      if (planned.enable_mig) state.enable_mig(planned.mig_gpu);
+      uint32_t p = state.create_instance(planned.mig_gpu, planned.create_profile, planned.create_start);
+      uses.push_back({p, state.partition(p).total_blocks, state.partition(p).total_mem});
+      applied.repartitions.push_back(
+          {gpu.node, gpu.index, true, state.mig_gpu(state.gpu(planned.mig_gpu).mig).layout.instances()});
+    }
+    calendar.charge(planned.node, now, end, planned.cpu, planned.mem, uses);
+    applied.allocations.push_back(
+        state.allocate(job, planned.node, planned.cpu, planned.mem, uses, exclusive_mig, now, end));
+    NodeGrant grant{planned.node, {}};
+    for (const PartUse& use : uses) {
+      const PartitionState& p = state.partition(use.partition);
+      grant.gpus.push_back({state.gpu(p.gpu).index, use.blocks, use.mem, p.mig_start});
+    }
+    applied.grants.push_back(std::move(grant));
+  }
+  return applied;
+}
+
+}  // namespace cnlab::sched

@@ -1,0 +1,73 @@
+// The search for where a job can start now: partitions for block slices, whole GPUs on one node
+// (or several, for gangs larger than any node), MIG instances (existing, new in free slots, or on
+// a GPU turned to MIG). Private to src/sched; the sim reaches it through sched/scheduler.h.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "sched/calendar.h"
+#include "sched/cluster_state.h"
+#include "sched/job_shape.h"
+#include "sched/packing.h"
+
+namespace cnlab::sched {
+
+struct PlannedNode {
+  uint32_t node = 0;
+  int64_t cpu = 0, mem = 0;
+  std::vector<PartUse> uses;
+  // A MIG request may first need its GPU switched to MIG mode and/or a new instance.
+  uint32_t mig_gpu = kNone;
+  bool enable_mig = false;
+  int create_profile = -1, create_start = -1;
+};
+
+struct Plan {
+  std::vector<PlannedNode> nodes;
+  double cost = 0;
+};
+
+struct SearchLimits {
+  int candidates = 64;       // feasible places scored before the best is taken
+  bool repartition = true;   // may turn an idle whole GPU into MIG
+};
+
+class PlacementSearch {
+ public:
+  PlacementSearch(const ClusterState& state, const Calendar& calendar, const PlacementScorer& scorer,
+                  SearchLimits limits)
+      : state_(state), calendar_(calendar), scorer_(scorer), limits_(limits) {}
+
+  // The best place to start `shape` now for a job expected to end at `end`; nullopt when none.
+  std::optional<Plan> find(const JobShape& shape, Time now, Time end, uint32_t* scored = nullptr) const;
+  // The same, restricted to one node (gangs larger than a node are not considered).
+  std::optional<Plan> find_on_node(const JobShape& shape, uint32_t node, Time now, Time end) const;
+
+ private:
+  struct Best;
+  void blocks(const JobShape& shape, Time now, Time end, uint32_t only_node, Best& best) const;
+  void whole_on_node(const JobShape& shape, uint32_t node, model::ModelId model, Time now, Time end,
+                     Best& best) const;
+  void whole_single(const JobShape& shape, Time now, Time end, Best& best) const;
+  void whole_multi(const JobShape& shape, Time now, Time end, Best& best) const;
+  void mig(const JobShape& shape, Time now, Time end, uint32_t only_node, Best& best) const;
+  bool host_fits(uint32_t node, int64_t cpu, int64_t mem) const;
+
+  const ClusterState& state_;
+  const Calendar& calendar_;
+  const PlacementScorer& scorer_;
+  SearchLimits limits_;
+};
+
+// Applies a plan: MIG changes, then one allocation per node; charges the calendar. Returns the
+// grants as decisions name them and the allocation ids.
+struct Applied {
+  std::vector<NodeGrant> grants;
+  std::vector<Repartition> repartitions;
+  std::vector<uint32_t> allocations;
+};
+Applied apply_plan(ClusterState& state, Calendar& calendar, const Plan& plan, JobIndex job, bool exclusive_mig,
+                   Time now, Time end);
+
+}  // namespace cnlab::sched

@@ -1,0 +1,56 @@
+// The knobs of the scheduler, composed from configuration. Defaults are what a cluster gets without
+// a configuration file.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/json_reader.h"
+#include "common/result.h"
+#include "common/time.h"
+
+namespace cnlab::sched {
+
+// A priority tier. Tiers are listed highest first; a job names its tier by `name`
+// (its priority_class).
+struct TierConfig {
+  std::string name;
+  bool may_preempt = false;    // may evict running jobs of lower tiers
+  Duration min_runtime{600};   // a job of this tier is not pre-empted before it ran this long
+};
+
+struct PolicyConfig {
+  std::vector<TierConfig> tiers = {
+      {"inference", true, Duration{0}},
+      {"production", true, 10 * kMinute},
+      {"dev", false, 10 * kMinute},
+      {"opportunistic", false, Duration{0}},
+  };
+  // Fair share: how fast past usage is forgotten.
+  Duration fair_share_half_life = 7 * kDay;
+  // Deadline jobs whose latest start is within this of now go first in their tier, earliest first.
+  Duration deadline_urgency = 1 * kHour;
+  // Let later jobs start in holes as long as they delay no reservation.
+  bool backfill = true;
+  // Blocked jobs without deadlines that get a reservation (highest in the queue first), so that
+  // backfill cannot starve large jobs. Deadline jobs always get one.
+  int reserve_top_jobs = 8;
+  // Waiting jobs of pre-empting tiers for which victims are looked for, per cycle.
+  int max_preemptors_per_cycle = 64;
+  // Turn an idle whole GPU into MIG instances when a MIG request finds no room.
+  bool repartition_idle_gpus = true;
+  // A node with no work for this long is reported as a candidate to power down.
+  Duration power_down_after = 30 * kMinute;
+  // Partitions (or nodes, for whole GPUs) scored per placement; more packs tighter, costs time.
+  int placement_candidates = 64;
+
+  // Index of the tier named `name`, or -1.
+  int tier_index(std::string_view name) const;
+};
+
+// Reads {"tiers": [{"name": "inference", "may_preempt": true, "min_runtime": "0s"}, ...],
+// "fair_share_half_life": "7d", ...}; absent fields keep their defaults.
+Result<PolicyConfig> policy_config_from_json(const Json& json);
+Json to_json(const PolicyConfig& config);
+
+}  // namespace cnlab::sched

@@ -1,0 +1,197 @@
+#include "sched/preemption.h"
+
+#include <algorithm>
+#include <tuple>
+
+namespace cnlab::sched {
+namespace {
+
+// A node's capacity for one shape, as victims are taken off it, without touching the state.
+class NodeModel {
+ public:
+  NodeModel(const ClusterState& state, uint32_t node, const JobShape& shape, bool repartition)
+      : state_(state), shape_(shape), repartition_(repartition) {
+    const NodeState& n = state.node(node);
+    cpu_ = n.cpu_free;
+    mem_ = n.mem_free;
+    for (uint32_t g = n.gpu_begin; g < n.gpu_end; ++g) {
+      const GpuState& gpu = state.gpu(g);
+      if (!gpu.healthy || !model::mask_allows(shape.models, gpu.model)) continue;
+      if (shape.kind == model::SliceKind::kMig && gpu.model != shape.mig_model()) continue;
+      if (gpu.whole != kNone) {
+        add(gpu.whole);
+      } else {
+        if (shape.kind == model::SliceKind::kMig && state.mig_gpu(gpu.mig).layout.first_fit(shape.mig_profile) >= 0) {
+          free_slots_ = true;
+        }
+        for (uint32_t p : state.mig_gpu(gpu.mig).partitions) add(p);
+      }
+    }
+  }
+
+  bool relevant() const { return !parts_.empty() || free_slots_; }
+
+  void take(const Allocation& a) {
+    cpu_ += a.cpu;
+    mem_ += a.mem;
+    for (const PartUse& use : state_.parts(a)) {
+      for (Part& p : parts_) {
+        if (p.partition == use.partition) {
+          p.blocks += use.blocks;
+          p.mem += use.mem;
+          p.jobs -= 1;
+        }
+      }
+    }
+  }
+
+  bool fits() const {
+    if (cpu_ < shape_.cpu_milli || mem_ < shape_.memory_mib) return false;
+    switch (shape_.kind) {
+      case model::SliceKind::kBlocks:
+        for (const Part& p : parts_) {
+          const PartitionState& ps = state_.partition(p.partition);
+          int64_t need = shape_.vram_mib >= 0 ? shape_.vram_mib : state_.default_mem(ps, shape_.blocks);
+          if (!(ps.exclusive && p.jobs > 0) && p.blocks >= shape_.blocks && p.mem >= need) return true;
+        }
+        return false;
+      case model::SliceKind::kWhole: {
+        std::array<int, model::kMaxModels> free{};
+        for (const Part& p : parts_) {
+          const PartitionState& ps = state_.partition(p.partition);
+          if (ps.mig_start < 0 && p.jobs == 0 && ++free[ps.model] >= shape_.gpu_count) return true;
+        }
+        return false;
+      }
+      case model::SliceKind::kMig:
+        if (free_slots_) return true;
+        for (const Part& p : parts_) {
+          const PartitionState& ps = state_.partition(p.partition);
+          if (p.jobs > 0) continue;
+          if (ps.mig_profile == shape_.mig_profile || (ps.mig_start < 0 && repartition_)) return true;
+        }
+        return false;
+    }
+    return false;
+  }
+
+ private:
+  struct Part {
+    uint32_t partition;
+    int blocks;
+    int64_t mem;
+    int jobs;
+  };
+  void add(uint32_t p) {
+    const PartitionState& ps = state_.partition(p);
+    parts_.push_back({p, ps.free_blocks, ps.free_mem, ps.jobs});
+  }
+
+  const ClusterState& state_;
+  const JobShape& shape_;
+  bool repartition_;
+  int64_t cpu_ = 0, mem_ = 0;
+  bool free_slots_ = false;
+  std::vector<Part> parts_;
+};
+
+// Fewest victims, then the mildest (the most important victim in the lowest tier possible), then
+// fewest that lose all their work, then least work lost, then the lower node index.
+struct SetCost {
+  size_t count = 0;
+  int best_tier = 0;  // the highest-priority tier among the victims (negated when compared)
+  int not_checkpointable = 0;
+  int64_t work_lost = 0;
+  uint32_t node = 0;
+
+  auto key() const { return std::tuple(count, -best_tier, not_checkpointable, work_lost, node); }
+};
+
+}  // namespace
+
+Duration VictimSelector::work_lost(const JobInfo& job) const {
+  return now_ - (job.checkpointable ? job.last_checkpoint : job.started);
+}
+
+bool VictimSelector::eligible(const JobInfo& victim, int tier) const {
+  return victim.running && victim.tier > tier && now_ - victim.started >= victim.min_runtime;
+}
+
+std::optional<VictimSet> VictimSelector::choose(ClusterState& state, const PlacementSearch& search,
+                                                const JobShape& shape, int tier, Time end) const {
+  if (shape.kind == model::SliceKind::kWhole) {
+    bool fits_a_node = false;
+    for (int m = 0; m < model::kMaxModels; ++m) {
+      auto id = static_cast<model::ModelId>(m);
+      fits_a_node = fits_a_node || (model::mask_allows(shape.models, id) && state.max_gpus_per_node(id) >= shape.gpu_count);
+    }
+    if (!fits_a_node) return std::nullopt;  // multi-node gangs do not pre-empt
+  }
+  auto cheaper = [&](uint32_t a, uint32_t b) {
+    const JobInfo& x = jobs_[state.allocation(a).job];
+    const JobInfo& y = jobs_[state.allocation(b).job];
+    return std::tuple(-x.tier, !x.checkpointable, work_lost(x).count(), x.index) <
+           std::tuple(-y.tier, !y.checkpointable, work_lost(y).count(), y.index);
+  };
+
+  // Rank every node by the victims a light model says it needs; verify the best few for real.
+  std::vector<std::pair<SetCost, std::vector<uint32_t>>> ranked;
+  std::vector<uint32_t> victims;
+  for (uint32_t n = 0; n < state.node_count(); ++n) {
+    const NodeState& node = state.node(n);
+    if (!node.schedulable || node.cpu_total < shape.cpu_milli || node.mem_total < shape.memory_mib) continue;
+    victims.clear();
+    for (uint32_t a : state.node_allocations(n)) {
+      if (eligible(jobs_[state.allocation(a).job], tier)) victims.push_back(a);
+    }
+    if (victims.empty()) continue;
+    NodeModel light(state, n, shape, true);
+    if (!light.relevant()) continue;
+    std::sort(victims.begin(), victims.end(), cheaper);
+    SetCost cost{0, INT32_MAX, 0, 0, n};
+    for (uint32_t a : victims) {
+      light.take(state.allocation(a));
+      const JobInfo& v = jobs_[state.allocation(a).job];
+      ++cost.count;
+      cost.best_tier = std::min(cost.best_tier, v.tier);
+      cost.not_checkpointable += v.checkpointable ? 0 : 1;
+      cost.work_lost += work_lost(v).count();
+      if (light.fits()) break;
+    }
+    if (!light.fits()) continue;
+    victims.resize(cost.count);
+    ranked.emplace_back(cost, victims);
+  }
+  std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first.key() < b.first.key(); });
+
+  constexpr size_t kVerified = 8;  // the light model ignores holds; try a few before giving up
+  for (size_t i = 0; i < ranked.size() && i < kVerified; ++i) {
+    auto& [cost, chosen] = ranked[i];
+    for (uint32_t a : chosen) state.release(a);
+    auto plan = search.find_on_node(shape, cost.node, now_, end);
+    if (!plan) {
+      for (uint32_t a : chosen) state.restore(a);
+      continue;
+    }
+    // Spare the victims the job turns out not to need, the most expensive first.
+    std::vector<uint32_t> needed;
+    for (size_t k = chosen.size(); k-- > 0;) {
+      state.restore(chosen[k]);
+      if (auto without = search.find_on_node(shape, cost.node, now_, end)) {
+        plan = std::move(without);
+      } else {
+        state.release(chosen[k]);
+        needed.push_back(chosen[k]);
+      }
+    }
+    for (uint32_t a : needed) state.restore(a);
+    VictimSet set;
+    set.node = cost.node;
+    set.plan = std::move(*plan);
+    for (auto it = needed.rbegin(); it != needed.rend(); ++it) set.victims.push_back(state.allocation(*it).job);
+    return set;
+  }
+  return std::nullopt;
+}
+
+}  // namespace cnlab::sched
