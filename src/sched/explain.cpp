@@ -91,7 +91,26 @@ std::string why_no_fit(const ClusterState& state, const Calendar& calendar, cons
         if (most < shape.gpu_count) {
           return fmt::format("{} on one node; the most free whole {} on one node is {}", needs, models, most);
         }
-        return fmt::format("{} on one node; the nodes with {} free whole {} lack the CPU or memory or are reserved",
+        for (int m = 0; m < model::kMaxModels; ++m) {
+          auto id = static_cast<model::ModelId>(m);
+          if (!model::mask_allows(shape.models, id)) continue;
+          for (int count = shape.gpu_count; count < ClusterState::kWholeBuckets; ++count) {
+            for (uint32_t e = state.whole_bucket_head(id, count); e != kNone; e = state.whole_entry_next(e)) {
+              uint32_t node = state.whole_entry_node(e);
+              std::vector<PartUse> uses;
+              for (uint32_t g = state.node(node).gpu_begin; g < state.node(node).gpu_end; ++g) {
+                const GpuState& gpu = state.gpu(g);
+                if (gpu.model == id && gpu.whole != kNone && state.partition(gpu.whole).empty() &&
+                    static_cast<int>(uses.size()) < shape.gpu_count) {
+                  uses.push_back({gpu.whole, model::kBlocksPerGpu, state.partition(gpu.whole).total_mem});
+                }
+              }
+              std::string why = held_or_host(node, uses);
+              if (why != "host" && !why.empty()) return needs + " on one node" + why;
+            }
+          }
+        }
+        return fmt::format("{} on one node; the nodes with {} free whole {} lack that CPU and memory",
                            needs, shape.gpu_count, models);
       }
       int total = best_over_models(state, shape.models, [&](model::ModelId m) {
