@@ -49,11 +49,12 @@ struct Preemption {
   bool operator==(const Preemption&) const = default;
 };
 
-// `job` cannot start now; capacity is held for it on `node` from `start`.
+// `job` cannot start now; `gpus` of `node` are held for it from `start`.
 struct Reservation {
   JobIndex job = 0;
   NodeIndex node = 0;
   Time start{};
+  std::vector<GpuGrant> gpus;
   bool meets_deadline = true;  // false when the job has a deadline this start cannot meet
   bool operator==(const Reservation&) const = default;
 };

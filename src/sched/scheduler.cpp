@@ -242,7 +242,12 @@ class Cycle {
       calendar_.reserve(state_, j, *earliest, end_after(earliest->start, job.estimate));
       ++reservations_made_;
       bool meets = !latest || earliest->start <= *latest;
-      result_.reservations.push_back({j, earliest->node, earliest->start, meets});
+      Reservation reservation{j, earliest->node, earliest->start, {}, meets};
+      for (const PartUse& use : earliest->uses) {
+        const PartitionState& p = state_.partition(use.partition);
+        reservation.gpus.push_back({state_.gpu(p.gpu).index, use.blocks, use.mem, p.mig_start});
+      }
+      result_.reservations.push_back(std::move(reservation));
       std::string when = fmt::format("reserved to start at {} on node {}", format_time_near(earliest->start, now_),
                                      snap_.nodes[earliest->node].meta.name);
       if (!meets) {
