@@ -89,9 +89,11 @@ std::optional<EarliestStart> Calendar::earliest_start(const ClusterState& state,
   std::vector<uint32_t> releases;
   const int64_t cpu_need = shape.cpu_milli, mem_need = shape.memory_mib;
 
+  model::ModelMask wanted = shape.kind == model::SliceKind::kMig ? model::model_bit(shape.mig_model()) : shape.models;
   for (uint32_t n = 0; n < state.node_count(); ++n) {
     const NodeState& node = state.node(n);
     if (!node.schedulable || node.cpu_total < cpu_need || node.mem_total < mem_need) continue;
+    if (wanted != 0 && (node.models & wanted) == 0) continue;
     // Partitions of the node that could ever serve the shape.
     base.parts.clear();
     int whole_candidates = 0;
@@ -121,10 +123,11 @@ std::optional<EarliestStart> Calendar::earliest_start(const ClusterState& state,
     base.cpu = node.cpu_free;
     base.mem = node.mem_free;
 
-    // Running jobs on the node with a known end, earliest first.
+    // Running jobs on the node that end before the best start found so far, earliest first.
+    Time horizon = best ? best->start : kNever;
     releases.clear();
     for (uint32_t a : state.node_allocations(n)) {
-      if (state.allocation(a).end != kNever) releases.push_back(a);
+      if (state.allocation(a).end < horizon) releases.push_back(a);
     }
     std::sort(releases.begin(), releases.end(), [&](uint32_t x, uint32_t y) {
       return state.allocation(x).end < state.allocation(y).end;

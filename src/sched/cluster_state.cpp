@@ -27,6 +27,7 @@ ClusterState::ClusterState(const std::vector<model::Node>& nodes) {
       gpus_.push_back({n, g.index, g.model, g.healthy, g.memory_mib, kNone, kNone});
       ++per_model[g.model];
       ++total_gpus_[g.model];
+      if (g.healthy) nodes_[n].models |= model::model_bit(g.model);
       if (g.mig_enabled) {
         // Layouts were validated when the node was decoded; an invalid one here is a caller bug.
         auto layout = model::MigLayout::create(g.model, g.mig_instances);

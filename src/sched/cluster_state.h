@@ -26,6 +26,7 @@ struct NodeState {
   uint32_t gpu_begin = 0, gpu_end = 0;  // into gpus()
   uint32_t allocations = 0;             // live allocations on the node
   int32_t blocks_total = 0, blocks_used = 0;
+  model::ModelMask models = 0;  // models of its healthy GPUs
   bool schedulable = false;
 };
 

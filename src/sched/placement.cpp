@@ -8,6 +8,7 @@ struct PlacementSearch::Best {
   std::optional<Plan> plan;
   int feasible = 0;
   uint32_t scored = 0;
+  uint32_t hold_rejections = 0;
   int limit = 1;
   std::vector<PartUse> scratch;
 
@@ -24,6 +25,13 @@ struct PlacementSearch::Best {
 bool PlacementSearch::host_fits(uint32_t node, int64_t cpu, int64_t mem) const {
   const NodeState& n = state_.node(node);
   return n.cpu_free >= cpu && n.mem_free >= mem;
+}
+
+bool PlacementSearch::calendar_allows(uint32_t node, Time now, Time end, int64_t cpu, int64_t mem,
+                                      std::span<const PartUse> uses, Best& best) const {
+  if (calendar_.allows(node, now, end, cpu, mem, uses)) return true;
+  ++best.hold_rejections;
+  return false;
 }
 
 namespace {
@@ -51,7 +59,7 @@ void PlacementSearch::blocks(const JobShape& shape, Time now, Time end, uint32_t
         int64_t mem = shape.vram_mib >= 0 ? shape.vram_mib : state_.default_mem(part, shape.blocks);
         if (part.free_mem < mem) continue;
         PartUse use{p, static_cast<int16_t>(shape.blocks), mem};
-        if (!calendar_.allows(part.node, now, end, shape.cpu_milli, shape.memory_mib, {&use, 1})) continue;
+        if (!calendar_allows(part.node, now, end, shape.cpu_milli, shape.memory_mib, {&use, 1}, best)) continue;
         CandidateView view{part.node, {&use, 1}, shape.cpu_milli, shape.memory_mib, part.empty() ? 1 : 0, 0};
         ++best.scored;
         double cost = scorer_.cost(state_, shape, view);
@@ -78,7 +86,7 @@ void PlacementSearch::whole_on_node(const JobShape& shape, uint32_t node, model:
     best.scratch.push_back({gpu.whole, part.total_blocks, part.total_mem});
   }
   if (static_cast<int>(best.scratch.size()) < shape.gpu_count) return;
-  if (!calendar_.allows(node, now, end, shape.cpu_milli, shape.memory_mib, best.scratch)) return;
+  if (!calendar_allows(node, now, end, shape.cpu_milli, shape.memory_mib, best.scratch, best)) return;
   CandidateView view{node, best.scratch, shape.cpu_milli, shape.memory_mib, shape.gpu_count, 0};
   ++best.scored;
   double cost = scorer_.cost(state_, shape, view);
@@ -130,7 +138,7 @@ void PlacementSearch::whole_multi(const JobShape& shape, Time now, Time end, Bes
         planned.cpu = (shape.cpu_milli * k + shape.gpu_count - 1) / shape.gpu_count;
         planned.mem = (shape.memory_mib * k + shape.gpu_count - 1) / shape.gpu_count;
         if (k == 0 || !host_fits(node, planned.cpu, planned.mem) ||
-            !calendar_.allows(node, now, end, planned.cpu, planned.mem, planned.uses)) {
+            !calendar_allows(node, now, end, planned.cpu, planned.mem, planned.uses, best)) {
           continue;
         }
         gathered += k;
@@ -151,7 +159,7 @@ void PlacementSearch::mig(const JobShape& shape, Time now, Time end, uint32_t on
   model::ModelId m = shape.mig_model();
   auto consider = [&](uint32_t node, const PlannedNode& planned, std::span<const PartUse> uses, int change) {
     if (!host_fits(node, shape.cpu_milli, shape.memory_mib)) return;
-    if (!calendar_.allows(node, now, end, shape.cpu_milli, shape.memory_mib, uses)) return;
+    if (!calendar_allows(node, now, end, shape.cpu_milli, shape.memory_mib, uses, best)) return;
     CandidateView view{node, uses, shape.cpu_milli, shape.memory_mib, 0, change};
     ++best.scored;
     double cost = scorer_.cost(state_, shape, view);
@@ -200,7 +208,7 @@ void PlacementSearch::mig(const JobShape& shape, Time now, Time end, uint32_t on
   }
 }
 
-std::optional<Plan> PlacementSearch::find(const JobShape& shape, Time now, Time end, uint32_t* scored) const {
+std::optional<Plan> PlacementSearch::find(const JobShape& shape, Time now, Time end, Stats* stats) const {
   Best best;
   best.limit = limits_.candidates;
   switch (shape.kind) {
@@ -211,7 +219,10 @@ std::optional<Plan> PlacementSearch::find(const JobShape& shape, Time now, Time 
       if (!best.plan) whole_multi(shape, now, end, best);
       break;
   }
-  if (scored) *scored += best.scored;
+  if (stats) {
+    stats->scored += best.scored;
+    stats->hold_rejections += best.hold_rejections;
+  }
   return std::move(best.plan);
 }
 

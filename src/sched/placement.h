@@ -39,8 +39,12 @@ class PlacementSearch {
                   SearchLimits limits)
       : state_(state), calendar_(calendar), scorer_(scorer), limits_(limits) {}
 
+  struct Stats {
+    uint32_t scored = 0;          // feasible candidates scored
+    uint32_t hold_rejections = 0;  // candidates that fit but would have delayed a reservation
+  };
   // The best place to start `shape` now for a job expected to end at `end`; nullopt when none.
-  std::optional<Plan> find(const JobShape& shape, Time now, Time end, uint32_t* scored = nullptr) const;
+  std::optional<Plan> find(const JobShape& shape, Time now, Time end, Stats* stats = nullptr) const;
   // The same, restricted to one node (gangs larger than a node are not considered).
   std::optional<Plan> find_on_node(const JobShape& shape, uint32_t node, Time now, Time end) const;
 
@@ -53,6 +57,8 @@ class PlacementSearch {
   void whole_multi(const JobShape& shape, Time now, Time end, Best& best) const;
   void mig(const JobShape& shape, Time now, Time end, uint32_t only_node, Best& best) const;
   bool host_fits(uint32_t node, int64_t cpu, int64_t mem) const;
+  bool calendar_allows(uint32_t node, Time now, Time end, int64_t cpu, int64_t mem, std::span<const PartUse> uses,
+                       Best& best) const;
 
   const ClusterState& state_;
   const Calendar& calendar_;

@@ -17,7 +17,7 @@ Result<PolicyConfig> policy_config_from_json(const Json& json) {
   PolicyConfig config;
   JsonReader r(json, "");
   r.only({"tiers", "fair_share_half_life", "deadline_urgency", "backfill", "reserve_top_jobs",
-          "max_preemptors_per_cycle", "repartition_idle_gpus", "power_down_after", "placement_candidates"});
+          "max_reservations", "max_preemptors_per_cycle", "repartition_idle_gpus", "power_down_after", "placement_candidates"});
   if (const Json* tiers = r.array("tiers")) {
     config.tiers.clear();
     for (size_t i = 0; i < tiers->size(); ++i) {
@@ -46,6 +46,7 @@ Result<PolicyConfig> policy_config_from_json(const Json& json) {
   config.deadline_urgency = r.duration("deadline_urgency").value_or(config.deadline_urgency);
   config.backfill = r.boolean_or("backfill", config.backfill);
   config.reserve_top_jobs = static_cast<int>(r.integer_or("reserve_top_jobs", config.reserve_top_jobs, 0, 10000));
+  config.max_reservations = static_cast<int>(r.integer_or("max_reservations", config.max_reservations, 0, 100000));
   config.max_preemptors_per_cycle =
       static_cast<int>(r.integer_or("max_preemptors_per_cycle", config.max_preemptors_per_cycle, 0, 100000));
   config.repartition_idle_gpus = r.boolean_or("repartition_idle_gpus", config.repartition_idle_gpus);
@@ -66,6 +67,7 @@ Json to_json(const PolicyConfig& config) {
           {"deadline_urgency", format_duration(config.deadline_urgency)},
           {"backfill", config.backfill},
           {"reserve_top_jobs", config.reserve_top_jobs},
+          {"max_reservations", config.max_reservations},
           {"max_preemptors_per_cycle", config.max_preemptors_per_cycle},
           {"repartition_idle_gpus", config.repartition_idle_gpus},
           {"power_down_after", format_duration(config.power_down_after)},

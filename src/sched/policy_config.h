@@ -35,6 +35,8 @@ struct PolicyConfig {
   // Blocked jobs without deadlines that get a reservation (highest in the queue first), so that
   // backfill cannot starve large jobs. Deadline jobs always get one.
   int reserve_top_jobs = 8;
+  // Reservations per cycle in all, deadline jobs first (each costs a scan of the cluster).
+  int max_reservations = 64;
   // Waiting jobs of pre-empting tiers for which victims are looked for, per cycle.
   int max_preemptors_per_cycle = 64;
   // Turn an idle whole GPU into MIG instances when a MIG request finds no room.

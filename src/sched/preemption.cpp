@@ -9,8 +9,15 @@ namespace {
 // A node's capacity for one shape, as victims are taken off it, without touching the state.
 class NodeModel {
  public:
-  NodeModel(const ClusterState& state, uint32_t node, const JobShape& shape, bool repartition)
-      : state_(state), shape_(shape), repartition_(repartition) {
+  NodeModel(const ClusterState& state, const JobShape& shape, bool repartition)
+      : state_(state), shape_(shape), repartition_(repartition) {}
+
+  // Starts over with `node` as it is now (reusing the buffer: called once per node per search).
+  void load(uint32_t node) {
+    const ClusterState& state = state_;
+    const JobShape& shape = shape_;
+    parts_.clear();
+    free_slots_ = false;
     const NodeState& n = state.node(node);
     cpu_ = n.cpu_free;
     mem_ = n.mem_free;
@@ -135,36 +142,49 @@ std::optional<VictimSet> VictimSelector::choose(ClusterState& state, const Place
   };
 
   // Rank every node by the victims a light model says it needs; verify the best few for real.
+  // Only the kVerified cheapest are kept, and a node's greedy stops once it needs more victims than
+  // the worst kept set.
+  constexpr size_t kVerified = 8;
   std::vector<std::pair<SetCost, std::vector<uint32_t>>> ranked;
   std::vector<uint32_t> victims;
+  NodeModel light(state, shape, true);
+  auto worse = [](const auto& a, const auto& b) { return a.first.key() < b.first.key(); };
+  model::ModelMask wanted = shape.kind == model::SliceKind::kMig ? model::model_bit(shape.mig_model()) : shape.models;
   for (uint32_t n = 0; n < state.node_count(); ++n) {
     const NodeState& node = state.node(n);
     if (!node.schedulable || node.cpu_total < shape.cpu_milli || node.mem_total < shape.memory_mib) continue;
+    if (wanted != 0 && (node.models & wanted) == 0) continue;
+    size_t max_count = ranked.size() < kVerified ? SIZE_MAX : ranked.back().first.count;
     victims.clear();
     for (uint32_t a : state.node_allocations(n)) {
       if (eligible(jobs_[state.allocation(a).job], tier)) victims.push_back(a);
     }
     if (victims.empty()) continue;
-    NodeModel light(state, n, shape, true);
+    light.load(n);
     if (!light.relevant()) continue;
     std::sort(victims.begin(), victims.end(), cheaper);
     SetCost cost{0, INT32_MAX, 0, 0, n};
+    bool fits = false;
     for (uint32_t a : victims) {
+      if (cost.count >= max_count) break;
       light.take(state.allocation(a));
       const JobInfo& v = jobs_[state.allocation(a).job];
       ++cost.count;
       cost.best_tier = std::min(cost.best_tier, v.tier);
       cost.not_checkpointable += v.checkpointable ? 0 : 1;
       cost.work_lost += work_lost(v).count();
-      if (light.fits()) break;
+      if ((fits = light.fits())) break;
     }
-    if (!light.fits()) continue;
+    if (!fits) continue;
     victims.resize(cost.count);
-    ranked.emplace_back(cost, victims);
+    if (ranked.size() == kVerified) {
+      if (!worse(std::pair(cost, victims), ranked.back())) continue;
+      ranked.pop_back();
+    }
+    auto at = std::upper_bound(ranked.begin(), ranked.end(), std::pair(cost, victims), worse);
+    ranked.insert(at, {cost, victims});
   }
-  std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first.key() < b.first.key(); });
 
-  constexpr size_t kVerified = 8;  // the light model ignores holds; try a few before giving up
   for (size_t i = 0; i < ranked.size() && i < kVerified; ++i) {
     auto& [cost, chosen] = ranked[i];
     for (uint32_t a : chosen) state.release(a);

@@ -57,12 +57,32 @@ class Cycle {
   }
 
  private:
+  struct Failure {
+    uint32_t reason;
+    Time from_end;  // jobs of the shape that would end at or after this fail too
+  };
+  struct ShapeHash {
+    size_t operator()(const JobShape& s) const {
+      size_t h = static_cast<size_t>(s.kind) * 0x9E3779B97F4A7C15ull;
+      for (int64_t v : {int64_t{s.models}, int64_t{s.blocks}, int64_t{s.gpu_count}, int64_t{s.mig_profile}, s.vram_mib,
+                        s.cpu_milli, s.memory_mib}) {
+        h = (h ^ static_cast<size_t>(v)) * 0x100000001B3ull;
+      }
+      return h;
+    }
+  };
+
   // --- Setup -------------------------------------------------------------------------------
 
-  uint32_t intern(std::unordered_map<std::string, uint32_t>& ids, std::vector<std::string>& names,
-                  const std::string& name) {
-    auto [it, added] = ids.try_emplace(name, static_cast<uint32_t>(names.size()));
-    if (added) names.push_back(name);
+  uint32_t intern_project(const std::string& name) {
+    auto [it, added] = project_ids_.try_emplace(name, static_cast<uint32_t>(project_names_.size()));
+    if (added) project_names_.push_back(name);
+    return it->second;
+  }
+
+  uint32_t intern_user(uint32_t project, const std::string& user) {
+    auto [it, added] = user_ids_.try_emplace({project, user}, static_cast<uint32_t>(users_.size()));
+    if (added) users_.emplace_back(project, user);
     return it->second;
   }
 
@@ -82,8 +102,8 @@ class Cycle {
         warn(fmt::format("job \"{}\": unknown priority class \"{}\"; treated as \"{}\"", job.meta.name,
                          job.spec.priority_class, config_.tiers.back().name));
       }
-      info.project = intern(project_ids_, project_names_, job.spec.project);
-      info.user = intern(user_ids_, user_keys_, job.spec.project + "/" + job.spec.user);
+      info.project = intern_project(job.spec.project);
+      info.user = intern_user(info.project, job.spec.user);
       info.shape = JobShape::of(job.spec);
       info.submitted = job.status.submitted_at;
       info.deadline = job.spec.deadline;
@@ -102,7 +122,7 @@ class Cycle {
       }
     }
     held_blocks_.resize(project_names_.size());
-    held_user_blocks_.resize(user_keys_.size());
+    held_user_blocks_.resize(users_.size());
     for (const JobInfo& info : jobs_) {
       if (!info.running) continue;
       held_blocks_[info.project] += info.shape.total_blocks();
@@ -164,7 +184,7 @@ class Cycle {
   FairShareQueue fair_share_queue(int tier) {
     double held_weight = static_cast<double>(config_.fair_share_half_life.count()) / std::log(2.0);
     std::vector<double> project_usage(project_names_.size()), project_share(project_names_.size(), 1.0);
-    std::vector<double> user_usage(user_keys_.size()), user_share(user_keys_.size(), 1.0);
+    std::vector<double> user_usage(users_.size()), user_share(users_.size(), 1.0);
     for (uint32_t p = 0; p < project_names_.size(); ++p) {
       project_usage[p] = snap_.usage.project_usage(project_names_[p], now_) + held_blocks_[p] * held_weight;
     }
@@ -172,14 +192,15 @@ class Cycle {
       auto it = project_ids_.find(project.meta.name);
       if (it != project_ids_.end()) project_share[it->second] = project.share;
     }
-    for (uint32_t u = 0; u < user_keys_.size(); ++u) {
-      const std::string& key = user_keys_[u];
-      size_t slash = key.find('/');
-      std::string project = key.substr(0, slash), user = key.substr(slash + 1);
-      user_usage[u] = snap_.usage.user_usage(project, user, now_) + held_user_blocks_[u] * held_weight;
-      for (const auto& p : snap_.projects) {
-        if (p.meta.name != project) continue;
-        if (auto it = p.user_shares.find(user); it != p.user_shares.end()) user_share[u] = it->second;
+    std::vector<const model::Project*> project_of(project_names_.size(), nullptr);
+    for (const auto& p : snap_.projects) {
+      if (auto it = project_ids_.find(p.meta.name); it != project_ids_.end()) project_of[it->second] = &p;
+    }
+    for (uint32_t u = 0; u < users_.size(); ++u) {
+      const auto& [project, user] = users_[u];
+      user_usage[u] = snap_.usage.user_usage(project_names_[project], user, now_) + held_user_blocks_[u] * held_weight;
+      if (const model::Project* p = project_of[project]) {
+        if (auto it = p->user_shares.find(user); it != p->user_shares.end()) user_share[u] = it->second;
       }
     }
     FairShareQueue queue(std::move(project_usage), std::move(project_share), std::move(user_usage),
@@ -203,68 +224,123 @@ class Cycle {
       return wait(j, intern_reason(fmt::format("waits behind job {}, which is higher in the queue (backfill is off)",
                                                snap_.jobs[blocked_behind_.front()].meta.name)));
     }
-    // Jobs of a shape that already found no place this cycle cannot find one now: capacity only
-    // shrinks during a cycle (pre-emption clears this memory).
-    FailureKey key{job.shape, end};
-    auto failed = failures_.find(key);
-    if (failed == failures_.end()) {
+    // A shape that found no place this cycle finds none later in it: capacity only shrinks during
+    // a cycle (pre-emption clears this memory). Neither does a shape that asks at least as much of
+    // every resource. When reservations were in the way, only jobs that would run at least as long
+    // fail for sure.
+    const Failure* failed = known_failure(job.shape, end);
+    if (!failed) {
       ++result_.stats.placement_attempts;
-      if (auto plan = search_.find(job.shape, now_, end, &result_.stats.candidates_scored)) {
+      PlacementSearch::Stats stats;
+      auto plan = search_.find(job.shape, now_, end, &stats);
+      result_.stats.candidates_scored += stats.scored;
+      if (plan) {
         place(j, *plan, end, {});
         return true;
       }
+      failed = remember_failure(job.shape, stats.hold_rejections > 0 ? end : Time::min());
     }
+    uint32_t reason = failed->reason;
 
     std::optional<Time> latest = job.latest_start();
-    bool may_preempt = config_.tiers[job.tier].may_preempt;
+    bool wants_reservation = job.deadline.has_value() || reservations_without_deadline_ < config_.reserve_top_jobs;
+    bool may_reserve = wants_reservation && static_cast<int>(result_.reservations.size()) < config_.max_reservations;
     std::optional<EarliestStart> earliest;
-    bool reserve_it = job.deadline.has_value() || reservations_made_ < config_.reserve_top_jobs;
-    if (reserve_it) earliest = calendar_.earliest_start(state_, job.shape, job.estimate, now_);
+    if (may_reserve) earliest = calendar_.earliest_start(state_, job.shape, job.estimate, now_);
     bool deadline_needs_preemption = latest && (!earliest || earliest->start > *latest);
+    if ((config_.tiers[job.tier].may_preempt || deadline_needs_preemption) && try_preempt(j, end)) return true;
 
-    if ((may_preempt || deadline_needs_preemption) && preemptors_ < config_.max_preemptors_per_cycle) {
-      ++preemptors_;
-      if (auto set = victims_.choose(state_, search_, job.shape, job.tier, end)) {
-        preempt(j, *set, end);
-        return true;
-      }
-    }
-
-    uint32_t reason;
-    if (failed != failures_.end()) {
-      reason = failed->second;
-    } else {
-      std::string never = never_fits(state_, snap_.nodes, job.shape);
-      reason = intern_reason(never.empty() ? why_no_fit(state_, calendar_, snap_, job.shape, now_, end) : never);
-      failures_.emplace(key, reason);
-    }
-    if (earliest) {
-      calendar_.reserve(state_, j, *earliest, end_after(earliest->start, job.estimate));
-      ++reservations_made_;
-      bool meets = !latest || earliest->start <= *latest;
-      Reservation reservation{j, earliest->node, earliest->start, {}, meets};
-      for (const PartUse& use : earliest->uses) {
-        const PartitionState& p = state_.partition(use.partition);
-        reservation.gpus.push_back({state_.gpu(p.gpu).index, use.blocks, use.mem, p.mig_start});
-      }
-      result_.reservations.push_back(std::move(reservation));
-      std::string when = fmt::format("reserved to start at {} on node {}", format_time_near(earliest->start, now_),
-                                     snap_.nodes[earliest->node].meta.name);
-      if (!meets) {
-        when = fmt::format("deadline {} cannot be met: needs {} and the earliest start is {}; {}",
-                           format_time_near(*job.deadline, now_), format_duration(job.estimate),
-                           format_time_near(earliest->start, now_), when);
-      }
-      blocked_behind_.push_back(j);
-      return wait(j, intern_reason(when + " (" + result_.reasons[reason] + ")"));
-    }
+    if (earliest) return reserve(j, *earliest, reason);
     if (latest && *latest < now_) {
       return wait(j, intern_reason(fmt::format("deadline {} cannot be met: it should have started by {}; {}",
                                                format_time_near(*job.deadline, now_),
                                                format_time_near(*latest, now_), result_.reasons[reason])));
     }
+    if (wants_reservation && !may_reserve) {
+      reason = intern_reason(fmt::format("not reserved: {} reservations made this cycle already; {}",
+                                         config_.max_reservations, result_.reasons[reason]));
+    }
     blocked_behind_.push_back(j);
     return wait(j, reason);
+  }
+
+  bool try_preempt(JobIndex j, Time end) {
+    const JobInfo& job = jobs_[j];
+    if (preemptors_ >= config_.max_preemptors_per_cycle) return false;
+    // A shape no victims could make room for at this tier cannot find any later in the cycle.
+    auto key = std::pair(job.shape, job.tier);
+    if (std::find(preemption_failures_.begin(), preemption_failures_.end(), key) != preemption_failures_.end()) {
+      return false;
+    }
+    ++preemptors_;
+    auto set = victims_.choose(state_, search_, job.shape, job.tier, end);
+    if (!set) {
+      preemption_failures_.push_back(key);
+      return false;
+    }
+    preempt(j, *set, end);
+    return true;
+  }
+
+  bool reserve(JobIndex j, const EarliestStart& earliest, uint32_t reason) {
+    const JobInfo& job = jobs_[j];
+    calendar_.reserve(state_, j, earliest, end_after(earliest.start, job.estimate));
+    if (!job.deadline) ++reservations_without_deadline_;
+    std::optional<Time> latest = job.latest_start();
+    bool meets = !latest || earliest.start <= *latest;
+    Reservation reservation{j, earliest.node, earliest.start, {}, meets};
+    for (const PartUse& use : earliest.uses) {
+      const PartitionState& p = state_.partition(use.partition);
+      reservation.gpus.push_back({state_.gpu(p.gpu).index, use.blocks, use.mem, p.mig_start});
+    }
+    result_.reservations.push_back(std::move(reservation));
+    std::string when = fmt::format("reserved to start at {} on node {}", format_time_near(earliest.start, now_),
+                                   snap_.nodes[earliest.node].meta.name);
+    if (!meets) {
+      when = fmt::format("deadline {} cannot be met: needs {} and the earliest start is {}; {}",
+                         format_time_near(*job.deadline, now_), format_duration(job.estimate),
+                         format_time_near(earliest.start, now_), when);
+    }
+    blocked_behind_.push_back(j);
+    return wait(j, intern_reason(when + " (" + result_.reasons[reason] + ")"));
+  }
+
+  // The failure that covers `shape` for a job ending at `end`: its own, or one of a shape it
+  // dominates (then recorded as its own, with its own words).
+  const Failure* known_failure(const JobShape& shape, Time end) {
+    if (auto it = failures_.find(shape); it != failures_.end()) return end >= it->second.from_end ? &it->second : nullptr;
+    auto family = failure_families_.find(family_of(shape));
+    if (family == failure_families_.end()) return nullptr;
+    for (const JobShape& smaller : family->second) {
+      const Failure& f = failures_.at(smaller);
+      if (end < f.from_end || shape.blocks < smaller.blocks || shape.vram_mib < smaller.vram_mib ||
+          shape.cpu_milli < smaller.cpu_milli || shape.memory_mib < smaller.memory_mib) {
+        continue;
+      }
+      const std::string& text = result_.reasons[f.reason];
+      std::string context = text.substr(std::min(text.size(), needs_text(smaller).size()));
+      return &failures_.emplace(shape, Failure{intern_reason(needs_text(shape) + context), f.from_end}).first->second;
+    }
+    return nullptr;
+  }
+
+  const Failure* remember_failure(const JobShape& shape, Time from_end) {
+    auto [it, added] = failures_.try_emplace(shape, Failure{0, from_end});
+    if (added) {
+      std::string never = never_fits(state_, snap_.nodes, shape);
+      it->second.reason = intern_reason(never.empty() ? why_no_fit(state_, calendar_, snap_, shape, now_, from_end == Time::min() ? kNever : from_end) : never);
+      failure_families_[family_of(shape)].push_back(shape);
+    } else {
+      it->second.from_end = std::min(it->second.from_end, from_end);
+    }
+    return &it->second;
+  }
+
+  static std::string needs_text(const JobShape& shape) { return "needs " + describe_shape(shape); }
+  static JobShape family_of(JobShape shape) {
+    shape.blocks = shape.cpu_milli = shape.memory_mib = 0;
+    shape.vram_mib = shape.vram_mib >= 0 ? 0 : -1;
+    return shape;
   }
 
   void place(JobIndex j, const Plan& plan, Time end, std::vector<JobIndex> after) {
@@ -285,6 +361,8 @@ class Cycle {
       result_.preemptions.push_back({v, j, victim.checkpointable, true, victims_.work_lost(victim)});
     }
     failures_.clear();  // evictions may free more than the pre-emptor takes
+    failure_families_.clear();
+    preemption_failures_.clear();
     place(j, set.plan, end, set.victims);
   }
 
@@ -309,23 +387,6 @@ class Cycle {
     }
   }
 
-  struct FailureKey {
-    JobShape shape;
-    Time end;
-    bool operator==(const FailureKey&) const = default;
-  };
-  struct FailureKeyHash {
-    size_t operator()(const FailureKey& k) const {
-      const JobShape& s = k.shape;
-      size_t h = static_cast<size_t>(s.kind) * 0x9E3779B97F4A7C15ull;
-      for (int64_t v : {int64_t{s.models}, int64_t{s.blocks}, int64_t{s.gpu_count}, int64_t{s.mig_profile}, s.vram_mib,
-                        s.cpu_milli, s.memory_mib, k.end.time_since_epoch().count()}) {
-        h = (h ^ static_cast<size_t>(v)) * 0x100000001B3ull;
-      }
-      return h;
-    }
-  };
-
   const Snapshot& snap_;
   const PolicyConfig& config_;
   Time now_;
@@ -340,13 +401,22 @@ class Cycle {
   std::vector<std::vector<uint32_t>> job_allocations_;
   std::vector<std::vector<JobIndex>> pending_by_tier_;
   std::vector<JobIndex> taken_;  // pending jobs already handled as urgent deadline jobs
-  std::unordered_map<std::string, uint32_t> project_ids_, user_ids_;
-  std::vector<std::string> project_names_, user_keys_;
+  struct UserKeyHash {
+    size_t operator()(const std::pair<uint32_t, std::string>& k) const {
+      return std::hash<std::string>()(k.second) * 31 + k.first;
+    }
+  };
+  std::unordered_map<std::string, uint32_t> project_ids_;
+  std::vector<std::string> project_names_;
+  std::unordered_map<std::pair<uint32_t, std::string>, uint32_t, UserKeyHash> user_ids_;
+  std::vector<std::pair<uint32_t, std::string>> users_;  // (project id, user name)
   std::vector<double> held_blocks_, held_user_blocks_;
-  std::unordered_map<FailureKey, uint32_t, FailureKeyHash> failures_;
+  std::unordered_map<JobShape, Failure, ShapeHash> failures_;
+  std::unordered_map<JobShape, std::vector<JobShape>, ShapeHash> failure_families_;
+  std::vector<std::pair<JobShape, int>> preemption_failures_;
   std::unordered_map<std::string, uint32_t> reason_ids_;
   std::vector<JobIndex> blocked_behind_;
-  int reservations_made_ = 0;
+  int reservations_without_deadline_ = 0;
   int preemptors_ = 0;
 };
 
