@@ -80,7 +80,7 @@ class Cycle {
     return it->second;
   }
 
-  uint32_t intern_user(uint32_t project, const std::string& user) {
+  uint32_t intern_user(uint32_t project, std::string_view user) {
     auto [it, added] = user_ids_.try_emplace({project, user}, static_cast<uint32_t>(users_.size()));
     if (added) users_.emplace_back(project, user);
     return it->second;
@@ -198,9 +198,10 @@ class Cycle {
     }
     for (uint32_t u = 0; u < users_.size(); ++u) {
       const auto& [project, user] = users_[u];
-      user_usage[u] = snap_.usage.user_usage(project_names_[project], user, now_) + held_user_blocks_[u] * held_weight;
+      user_usage[u] = snap_.usage.user_usage(project_names_[project], std::string(user), now_) +
+                      held_user_blocks_[u] * held_weight;
       if (const model::Project* p = project_of[project]) {
-        if (auto it = p->user_shares.find(user); it != p->user_shares.end()) user_share[u] = it->second;
+        if (auto it = p->user_shares.find(std::string(user)); it != p->user_shares.end()) user_share[u] = it->second;
       }
     }
     FairShareQueue queue(std::move(project_usage), std::move(project_share), std::move(user_usage),
@@ -402,14 +403,15 @@ class Cycle {
   std::vector<std::vector<JobIndex>> pending_by_tier_;
   std::vector<JobIndex> taken_;  // pending jobs already handled as urgent deadline jobs
   struct UserKeyHash {
-    size_t operator()(const std::pair<uint32_t, std::string>& k) const {
-      return std::hash<std::string>()(k.second) * 31 + k.first;
+    size_t operator()(const std::pair<uint32_t, std::string_view>& k) const {
+      return std::hash<std::string_view>()(k.second) * 31 + k.first;
     }
   };
-  std::unordered_map<std::string, uint32_t> project_ids_;
+  // Keys view the snapshot's strings, which outlive the cycle.
+  std::unordered_map<std::string_view, uint32_t> project_ids_;
   std::vector<std::string> project_names_;
-  std::unordered_map<std::pair<uint32_t, std::string>, uint32_t, UserKeyHash> user_ids_;
-  std::vector<std::pair<uint32_t, std::string>> users_;  // (project id, user name)
+  std::unordered_map<std::pair<uint32_t, std::string_view>, uint32_t, UserKeyHash> user_ids_;
+  std::vector<std::pair<uint32_t, std::string_view>> users_;  // (project id, user name)
   std::vector<double> held_blocks_, held_user_blocks_;
   std::unordered_map<JobShape, Failure, ShapeHash> failures_;
   std::unordered_map<JobShape, std::vector<JobShape>, ShapeHash> failure_families_;
