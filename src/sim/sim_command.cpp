@@ -22,14 +22,10 @@ constexpr int kInternalFailure = 1;
 constexpr size_t kMaxSeeds = 10'000;
 constexpr int kMaxThreads = 256;
 
+// Every flag is collected as text, repeats included, and checked by run_alloc, so that each
+// mistake gets CNLab's message and exit code 2 rather than CLI11's own.
 struct AllocFlags {
-  std::string nodes;
-  std::vector<std::string> pods;
-  std::string policies;
-  std::string seeds = "42-51";
-  std::string threads;
-  std::string out;
-  std::string reference;
+  std::vector<std::string> nodes, pods, policies, seeds, threads, out, reference;
 };
 
 [[noreturn]] void fail(int code, const Error& error) {
@@ -67,12 +63,27 @@ Result<std::vector<std::string>> parse_policies(const std::string& text, const P
   return keys;
 }
 
-void run_alloc(const AllocFlags& flags, const PolicyRegistry& registry, const std::vector<std::string>& extras) {
+// The value of a flag that may be given once; `fallback` when absent.
+std::string single(const char* flag, const std::vector<std::string>& values, std::string fallback = "") {
+  if (values.size() > 1) {
+    fail(kBadInput, Error::invalid_argument(flag, join(values, " "), "may be given once"));
+  }
+  return values.empty() ? fallback : values[0];
+}
+
+void run_alloc(const AllocFlags& given, const PolicyRegistry& registry, const std::vector<std::string>& extras) {
   if (!extras.empty()) {
     fail(kBadInput, Error::invalid_argument("argument", extras[0],
                                             "unknown; allowed: --nodes, --pods, --policies, --seeds, --threads, "
                                             "--reference, --out (see cnlab sim alloc --help)"));
   }
+  struct {
+    std::string nodes, policies, seeds, threads, out, reference;
+    std::vector<std::string> pods;
+  } flags{single("--nodes", given.nodes),     single("--policies", given.policies),
+          single("--seeds", given.seeds, "42-51"), single("--threads", given.threads),
+          single("--out", given.out),         single("--reference", given.reference),
+          given.pods};
   if (flags.nodes.empty()) fail(kBadInput, Error::invalid_argument("--nodes", "", "required: the node list CSV"));
   if (flags.pods.empty()) fail(kBadInput, Error::invalid_argument("--pods", "", "required: one or more pod list CSVs"));
   if (flags.out.empty()) fail(kBadInput, Error::invalid_argument("--out", "", "required: the output directory"));
@@ -190,20 +201,19 @@ void add_sim_commands(CLI::App& app, PolicyRegistry registry) {
       "capacity, never leave; GPU allocation is measured for each policy and seed");
   alloc->allow_extras();
   auto flags = std::make_shared<AllocFlags>();
-  // Every option takes text and is checked by run_alloc, so that each mistake gets CNLab's message
-  // and exit code 2 rather than CLI11's own. expected(0, 1) lets a value-less flag reach that check.
-  alloc->add_option("--nodes", flags->nodes, "Node list CSV (sn,cpu_milli,memory_mib,gpu,model)")->expected(0, 1);
-  alloc->add_option("--pods", flags->pods, "Pod list CSV; repeat for more workloads")
-      ->expected(0, CLI::detail::expected_max_vector_size);
-  alloc->add_option("--policies", flags->policies,
-                    "Comma list of policies (default: " + join(shared_registry->keys(), ",") + ")")
-      ->expected(0, 1);
-  alloc->add_option("--seeds", flags->seeds, "Seeds: A-B or a comma list (default 42-51)")->expected(0, 1);
-  alloc->add_option("--threads", flags->threads, "Worker threads (default: the machine's cores)")->expected(0, 1);
-  alloc->add_option("--reference", flags->reference,
-                    "Reference curves CSV (default: reference_allocation_curves.csv beside a pod file, if any)")
-      ->expected(0, 1);
-  alloc->add_option("--out", flags->out, "Output directory (created if needed)")->expected(0, 1);
+  // expected(0, 1) with TakeAll lets a value-less or repeated flag reach run_alloc's checks.
+  auto text_option = [alloc](const char* name, std::vector<std::string>& into, const std::string& help) {
+    alloc->add_option(name, into, help)->expected(0, 1)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  };
+  text_option("--nodes", flags->nodes, "Node list CSV (sn,cpu_milli,memory_mib,gpu,model)");
+  text_option("--pods", flags->pods, "Pod list CSV; repeat for more workloads");
+  text_option("--policies", flags->policies,
+              "Comma list of policies (default: " + join(shared_registry->keys(), ",") + ")");
+  text_option("--seeds", flags->seeds, "Seeds: A-B or a comma list (default 42-51)");
+  text_option("--threads", flags->threads, "Worker threads (default: the machine's cores)");
+  text_option("--reference", flags->reference,
+              "Reference curves CSV (default: reference_allocation_curves.csv beside a pod file, if any)");
+  text_option("--out", flags->out, "Output directory (created if needed)");
   alloc->callback([alloc, flags, shared_registry] { run_alloc(*flags, *shared_registry, alloc->remaining()); });
 
   sim->callback([sim] {
