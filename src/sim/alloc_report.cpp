@@ -27,6 +27,23 @@ int64_t at(const std::vector<int64_t>& curve, int k) {
   return k >= 0 && static_cast<size_t>(k) < curve.size() ? curve[static_cast<size_t>(k)] : kNoValue;
 }
 
+// The sample standard deviation over the seeds at point k, in points ("0.42"); "-" for fewer
+// than two values. It tells a reader whether a difference from the reference is seed noise.
+std::string seed_spread(const PolicyCurve& c, int k) {
+  std::vector<double> values;
+  for (const SeedRun& run : c.runs) {
+    int64_t v = at(run.result.curve, k);
+    if (v != kNoValue) values.push_back(static_cast<double>(v) / 100.0);
+  }
+  if (values.size() < 2) return "-";
+  double mean = 0;
+  for (double v : values) mean += v;
+  mean /= static_cast<double>(values.size());
+  double squares = 0;
+  for (double v : values) squares += (v - mean) * (v - mean);
+  return fmt::format("{:.2f}", std::sqrt(squares / static_cast<double>(values.size() - 1)));
+}
+
 }  // namespace
 
 const std::vector<int64_t>* ReferenceCurves::find(const std::string& workload, const std::string& policy) const {
@@ -91,9 +108,9 @@ std::string summary_markdown(const ExperimentResult& result, const ReferenceCurv
   std::string out = "# Allocation experiment\n\n";
   out += fmt::format(
       "GPU allocation (% of cluster GPU capacity) when the arrived GPU demand reaches 100% and {}% of "
-      "capacity; mean over {} seed(s).",
+      "capacity; mean over {} seed(s); sd = standard deviation over the seeds.",
       top, result.curves.empty() ? 0 : result.curves[0].runs.size());
-  if (reference != nullptr) out += fmt::format(" Reference: `{}`; difference = ours - reference, in points.", reference->source);
+  if (reference != nullptr) out += fmt::format(" Reference: `{}`; diff = ours - reference, in points.", reference->source);
   out += "\n";
   std::string workload;
   for (const PolicyCurve& c : result.curves) {
@@ -101,15 +118,16 @@ std::string summary_markdown(const ExperimentResult& result, const ReferenceCurv
       workload = c.workload;
       out += fmt::format("\n## {}\n\n", workload);
       if (reference != nullptr) {
-        out += fmt::format("| policy | at 100% | reference | diff | at {0}% | reference | diff |\n", top);
-        out += "|---|---:|---:|---:|---:|---:|---:|\n";
+        out += fmt::format("| policy | at 100% | sd | reference | diff | at {0}% | sd | reference | diff |\n", top);
+        out += "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
       } else {
-        out += fmt::format("| policy | at 100% | at {}% |\n|---|---:|---:|\n", top);
+        out += fmt::format("| policy | at 100% | sd | at {}% | sd |\n|---|---:|---:|---:|---:|\n", top);
       }
     }
     int64_t ours100 = at(c.mean, 100), ours_top = at(c.mean, top);
     if (reference == nullptr) {
-      out += fmt::format("| {} | {} | {} |\n", c.policy, fixed2(ours100), fixed2(ours_top));
+      out += fmt::format("| {} | {} | {} | {} | {} |\n", c.policy, fixed2(ours100), seed_spread(c, 100), fixed2(ours_top),
+                         seed_spread(c, top));
       continue;
     }
     const std::vector<int64_t>* ref = reference->find(c.workload, c.policy);
@@ -117,8 +135,9 @@ std::string summary_markdown(const ExperimentResult& result, const ReferenceCurv
     auto diff = [](int64_t a, int64_t b) {
       return a == kNoValue || b == kNoValue ? std::string("-") : signed_points(a - b);
     };
-    out += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", c.policy, fixed2(ours100), fixed2(ref100),
-                       diff(ours100, ref100), fixed2(ours_top), fixed2(ref_top), diff(ours_top, ref_top));
+    out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", c.policy, fixed2(ours100), seed_spread(c, 100),
+                       fixed2(ref100), diff(ours100, ref100), fixed2(ours_top), seed_spread(c, top), fixed2(ref_top),
+                       diff(ours_top, ref_top));
   }
   return out;
 }

@@ -159,6 +159,17 @@ void run_alloc(const AllocFlags& given, const PolicyRegistry& registry, const st
   }
   size_t runs = spec.workloads.size() * spec.policies.size() * spec.seeds.size();
   std::fputs(summary.c_str(), stdout);
+  // Run times vary from machine to machine, so they go to the terminal, not into summary.md.
+  std::printf("\nseconds per run (mean, max):");
+  for (size_t p = 0; p < spec.policies.size(); ++p) {
+    double sum = 0, max = 0;
+    size_t count = 0;
+    for (size_t i = p; i < result->curves.size(); i += spec.policies.size()) {
+      for (const SeedRun& run : result->curves[i].runs) sum += run.seconds, max = std::max(max, run.seconds), ++count;
+    }
+    std::printf("%s %s %.3f, %.3f", p == 0 ? "" : ";", result->curves[p].policy.c_str(), sum / static_cast<double>(count), max);
+  }
+  std::printf("\n");
   std::printf("\n%zu runs in %.1f s on %d thread(s); wrote %s, %s, %s\n", runs, result->wall_seconds, spec.threads,
               files[0].first.c_str(), files[1].first.c_str(), files[2].first.c_str());
 }

@@ -70,19 +70,34 @@ TEST(AllocReport, SummaryShowsOursTheReferenceAndTheDifference) {
   ref.curves[{"openb_pod_list_default", "FGD"}] = std::vector<int64_t>(131, 9539);
   std::string md = summary_markdown(r, &ref);
   EXPECT_NE(md.find("## openb_pod_list_default"), std::string::npos);
-  EXPECT_NE(md.find("| FGD | 95.23 | 95.39 | -0.16 | 95.40 | 95.39 | +0.01 |"), std::string::npos) << md;
-  EXPECT_NE(md.find("| BestFit | 92.86 | - | - | 93.00 | - | - |"), std::string::npos) << md;
+  // Seed runs without curves have no spread ("-"); see SummaryShowsTheSpreadOverSeeds.
+  EXPECT_NE(md.find("| FGD | 95.23 | - | 95.39 | -0.16 | 95.40 | - | 95.39 | +0.01 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| BestFit | 92.86 | - | - | - | 93.00 | - | - | - |"), std::string::npos) << md;
   std::string plain = summary_markdown(r, nullptr);
-  EXPECT_NE(plain.find("| BestFit | 92.86 | 93.00 |"), std::string::npos) << plain;
+  EXPECT_NE(plain.find("| BestFit | 92.86 | - | 93.00 | - |"), std::string::npos) << plain;
 }
 
-TEST(SvgChart, DrawsOnePolylinePerPolicyWithAxesAndLegend) {
+TEST(AllocReport, SummaryShowsTheSpreadOverSeeds) {
+  ExperimentResult r = two_policies();
+  r.curves.resize(1);
+  // Seeds at 100%: 92, 94, 96 -> sample sd 2.00; at 130%: all 93 -> 0.00.
+  for (size_t s = 0; s < 3; ++s) {
+    r.curves[0].runs[s].result.curve.assign(131, 9300);
+    r.curves[0].runs[s].result.curve[100] = 9200 + 200 * static_cast<int64_t>(s);
+  }
+  r.curves[0].runs.resize(3);
+  std::string md = summary_markdown(r, nullptr);
+  EXPECT_NE(md.find("| BestFit | 92.86 | 2.00 | 93.00 | 0.00 |"), std::string::npos) << md;
+}
+
+TEST(SvgChart, DrawsEachPolicyInTheFullAndTheZoomedPanelWithAxesAndLegend) {
   std::string svg = allocation_svg(two_policies());
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);
   EXPECT_NE(svg.find("</svg>"), std::string::npos);
   size_t lines = 0;
   for (size_t at = svg.find("<polyline"); at != std::string::npos; at = svg.find("<polyline", at + 1)) ++lines;
-  EXPECT_EQ(lines, 2u);
+  EXPECT_EQ(lines, 4u);  // 2 policies x (0..130% panel + zoomed plateau panel)
+  EXPECT_NE(svg.find("openb_pod_list_default (zoomed)"), std::string::npos);
   EXPECT_NE(svg.find("arrived GPU demand (% of capacity)"), std::string::npos);
   EXPECT_NE(svg.find("GPU allocation (%)"), std::string::npos);
   EXPECT_NE(svg.find(">FGD</text>"), std::string::npos);
