@@ -8,12 +8,12 @@ namespace cnlab::sim {
 
 Result<RunResult> run_allocation(AllocCluster& cluster, const Workload& workload, const RunPlan& plan,
                                  AllocPolicy& policy, const RunContext& context) {
-  cluster.reset(plan.ranks);
-  policy.reset(cluster, context);
-  RunResult result;
   if (cluster.gpu_capacity_total() <= 0) {
     return Error::invalid_argument("nodes", "0 GPUs", "the allocation experiment needs a cluster with GPUs");
   }
+  cluster.reset(plan.ranks);
+  policy.reset(cluster, context);
+  RunResult result;
   CurveRecorder recorder(cluster.gpu_capacity_total(), context.tune_percent);
   std::vector<NodeIndex> feasible;
   feasible.reserve(cluster.node_count());

@@ -51,4 +51,8 @@ class PolicyRegistry {
   Error unknown(std::string_view key) const;
 };
 
+// The policies `cnlab sim alloc` offers: the six baselines, then any policy registered in
+// default_policies.cpp (where CNLab's own placement is to be added, one registry.add line).
+PolicyRegistry default_policies();
+
 }  // namespace cnlab::sim

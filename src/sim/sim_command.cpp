@@ -229,7 +229,11 @@ void add_sim_commands(CLI::App& app, PolicyRegistry registry) {
 
   sim->callback([sim] {
     if (!sim->remaining().empty()) {
-      std::fprintf(stderr, "cnlab sim: unknown command \"%s\"; valid: alloc\n", sim->remaining()[0].c_str());
+      // Listed at run time so that commands added later (replay) show up.
+      std::vector<std::string> names;
+      for (const CLI::App* sub : sim->get_subcommands([](CLI::App*) { return true; })) names.push_back(sub->get_name());
+      std::fprintf(stderr, "cnlab sim: unknown command \"%s\"; valid: %s\n", sim->remaining()[0].c_str(),
+                   join(names, ", ").c_str());
       throw CLI::RuntimeError(kBadInput);
     }
     if (sim->get_subcommands().empty()) {

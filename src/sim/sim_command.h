@@ -21,8 +21,9 @@
 namespace cnlab::sim {
 
 // Adds `sim` (and under it `alloc`) to `app`. `registry` holds the policies --policies may name;
-// its keys in order are the default. Another sub-command (replay) can be added beside alloc.
-void add_sim_commands(CLI::App& app, PolicyRegistry registry = PolicyRegistry::with_baselines());
+// all of them, in order, are the default. Another sub-command (replay) can be added beside alloc:
+// it is looked up as app.get_subcommand("sim").
+void add_sim_commands(CLI::App& app, PolicyRegistry registry = default_policies());
 
 // "42-51" or "1,2,7-9": the seeds in the order given, duplicates removed. `field` names the flag.
 Result<std::vector<uint64_t>> parse_seed_list(std::string_view text, std::string_view field);

@@ -122,6 +122,9 @@ TEST_F(SimCommand, MissingRequiredFlagsUnknownFlagsAndBadThreadsExitWithTwo) {
   Outcome bare = run_cli({"sim"});
   EXPECT_EQ(bare.code, 2);
   EXPECT_THAT(bare.err, HasSubstr("alloc"));
+  Outcome unknown_command = run_cli({"sim", "bogus"});
+  EXPECT_EQ(unknown_command.code, 2);
+  EXPECT_THAT(unknown_command.err, HasSubstr("unknown command \"bogus\"; valid: alloc"));
 }
 
 TEST(SeedList, AcceptsRangesAndListsAndRejectsTheRest) {
