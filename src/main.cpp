@@ -3,6 +3,8 @@
 
 #include <cstdio>
 
+#include "sim/sim.h"
+
 int main(int argc, char** argv) {
   CLI::App app{"cnlab: a GPU-cluster platform that shares, schedules and moves GPU work"};
   app.require_subcommand(0, 1);
@@ -10,6 +12,7 @@ int main(int argc, char** argv) {
 
   auto* version = app.add_subcommand("version", "Print the version of this binary");
   auto* help = app.add_subcommand("help", "Show this help");
+  cnlab::sim::add_sim_commands(app);
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,51 @@
+// The placement policy interface of the allocation experiment. The six published baselines
+// (src/sim/policies/) implement it, and so can any other policy (CNLab's own placement), without
+// a change to the engine.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+
+#include "sim/alloc_cluster.h"
+
+namespace cnlab::sim {
+
+// What a policy may know about the run besides the pods it has seen: not the trace.
+struct RunContext {
+  std::string_view workload;  // e.g. "openb_pod_list_default"
+  uint64_t seed = 0;          // for a policy's own randomness (draw it from Rng(seed, stream))
+  int tune_percent = 130;     // arrived GPU demand stops near this % of cluster GPU capacity
+};
+
+// One instance per run; never shared between threads. The engine calls reset() once, then for each
+// pod that fits somewhere place() and, when the pod was placed, on_placed().
+class AllocPolicy {
+ public:
+  virtual ~AllocPolicy() = default;
+
+  // The name reports and charts use ("BestFit", "FGD", "CNLab", ...).
+  virtual std::string_view name() const = 0;
+
+  // Before the first pod of a run; `cluster` is empty and its ranks are set.
+  virtual void reset(const AllocCluster& cluster, const RunContext& context) {
+    (void)cluster;
+    (void)context;
+  }
+
+  // Where `pod` goes. `feasible` lists, in increasing node index, every node that passes the
+  // experiment's filter (AllocCluster::fits); it is never empty. Return one of those nodes and the
+  // GPUs (see Choice), or nullopt to leave the pod unplaced (it counts as failed). The engine
+  // checks the choice and ends the run with an error when it is invalid.
+  virtual std::optional<Choice> place(const Pod& pod, const AllocCluster& cluster,
+                                      std::span<const NodeIndex> feasible) = 0;
+
+  // After the engine applied `choice` (cluster.version(choice.node) has grown).
+  virtual void on_placed(const Pod& pod, const Choice& choice) {
+    (void)pod;
+    (void)choice;
+  }
+};
+
+}  // namespace cnlab::sim

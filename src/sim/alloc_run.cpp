@@ -1,0 +1,50 @@
+#include "sim/alloc_run.h"
+
+#include <fmt/format.h>
+
+#include "sim/alloc_measure.h"
+
+namespace cnlab::sim {
+
+Result<RunResult> run_allocation(AllocCluster& cluster, const Workload& workload, const RunPlan& plan,
+                                 AllocPolicy& policy, const RunContext& context) {
+  if (cluster.gpu_capacity_total() <= 0) {
+    return Error::invalid_argument("nodes", "0 GPUs", "the allocation experiment needs a cluster with GPUs");
+  }
+  cluster.reset(plan.ranks);
+  policy.reset(cluster, context);
+  RunResult result;
+  CurveRecorder recorder(cluster.gpu_capacity_total(), context.tune_percent);
+  std::vector<NodeIndex> feasible;
+  feasible.reserve(cluster.node_count());
+  const auto node_count = static_cast<NodeIndex>(cluster.node_count());
+
+  for (uint32_t index : plan.order) {
+    const Pod& pod = workload.pods[index];
+    ++result.pods;
+    result.arrived_gpu_milli += pod.gpu_request();
+    feasible.clear();
+    for (NodeIndex n = 0; n < node_count; ++n) {
+      if (cluster.fits(pod, n)) feasible.push_back(n);
+    }
+    std::optional<Choice> choice;
+    if (!feasible.empty()) choice = policy.place(pod, cluster, feasible);
+    if (choice) {
+      if (auto applied = cluster.apply(pod, *choice); !applied) {
+        Error e = applied.error();
+        e.message = fmt::format("policy {} on {} seed {}: {}", policy.name(), context.workload, context.seed, e.message);
+        return e;
+      }
+      policy.on_placed(pod, *choice);
+      ++result.placed;
+    } else {
+      ++result.failed;
+    }
+    recorder.record(result.arrived_gpu_milli, cluster.gpu_allocated_total());
+  }
+  result.allocated_gpu_milli = cluster.gpu_allocated_total();
+  result.curve = recorder.curve();
+  return result;
+}
+
+}  // namespace cnlab::sim

@@ -1,0 +1,32 @@
+// One run of the allocation experiment: one workload, one policy, one seed.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/common.h"
+#include "sim/alloc_cluster.h"
+#include "sim/alloc_policy.h"
+#include "sim/alloc_workload.h"
+
+namespace cnlab::sim {
+
+struct RunResult {
+  // Allocated GPU capacity (% in hundredths) at arrived demand 0..tune_percent % (see
+  // CurveRecorder); kNoValue where no event fell near that percent.
+  std::vector<int64_t> curve;
+  int64_t pods = 0;    // arrived, tuning copies included
+  int64_t placed = 0;  // GPU and CPU-only pods placed
+  int64_t failed = 0;  // pods that fit nowhere (or that the policy declined)
+  int64_t arrived_gpu_milli = 0;
+  int64_t allocated_gpu_milli = 0;
+};
+
+// Places the pods of `plan.order` one at a time on `cluster` (emptied and given plan.ranks first):
+// filter, policy.place(), apply; no departures, retries or preemption. After every pod, placed or
+// not, it records the arrived demand and the allocated GPU milli. Fails only when the policy makes
+// an invalid choice (a bug in the policy), naming the policy.
+Result<RunResult> run_allocation(AllocCluster& cluster, const Workload& workload, const RunPlan& plan,
+                                 AllocPolicy& policy, const RunContext& context);
+
+}  // namespace cnlab::sim

@@ -1,0 +1,26 @@
+// A one-line progress bar for long runs: drawn on stderr only when stderr is a terminal, and only
+// once the work has lasted a second (short runs stay quiet).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdio>
+
+namespace cnlab::sim {
+
+class ProgressBar {
+ public:
+  // Enabled when `stream` is a terminal.
+  explicit ProgressBar(std::FILE* stream);
+  void update(size_t done, size_t total);
+  // Clears the line if anything was drawn.
+  void finish();
+
+ private:
+  std::FILE* stream_;
+  bool enabled_;
+  bool drawn_ = false;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace cnlab::sim

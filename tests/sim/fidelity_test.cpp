@@ -1,0 +1,51 @@
+// The heart of the simulator's credibility: BestFit and FGD on the published default workload,
+// mean over seeds 42..51, within 0.5 points of the paper's curves at 100% and 130% arrived.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "sim/alloc_experiment.h"
+#include "sim/alloc_report.h"
+#include "sim/openb_trace.h"
+
+namespace cnlab::sim {
+namespace {
+
+TEST(Fidelity, DefaultWorkloadBestFitAndFgdMatchThePublishedCurves) {
+  const std::string dir = std::string(CNLAB_SHARED_DATA) + "/alibaba-openb-2023";
+  if (!std::filesystem::exists(dir + "/openb_pod_list_default.csv")) {
+    GTEST_SKIP() << "shared data not found at " << dir << " (the Alibaba openb trace and "
+                 << "reference_allocation_curves.csv); configure with -DCNLAB_SHARED_DATA=<dir holding "
+                 << "alibaba-openb-2023/> to run the fidelity check";
+  }
+  auto nodes = load_openb_nodes(dir + "/openb_node_list_gpu_node.csv");
+  ASSERT_TRUE(nodes) << nodes.error().to_string();
+  auto pods = load_openb_pods(dir + "/openb_pod_list_default.csv");
+  ASSERT_TRUE(pods) << pods.error().to_string();
+  auto reference = load_reference_curves(dir + "/reference_allocation_curves.csv");
+  ASSERT_TRUE(reference) << reference.error().to_string();
+  auto cluster = AllocCluster::build(*nodes);
+  ASSERT_TRUE(cluster) << cluster.error().to_string();
+  auto workload = make_workload("openb_pod_list_default", *pods, *cluster);
+  ASSERT_TRUE(workload) << workload.error().to_string();
+
+  ExperimentSpec spec;
+  spec.workloads = {std::move(*workload)};
+  spec.policies = {"bestfit", "fgd"};
+  for (uint64_t s = 42; s <= 51; ++s) spec.seeds.push_back(s);
+  spec.threads = 2;
+  auto result = run_experiment(*cluster, spec, PolicyRegistry::with_baselines());
+  ASSERT_TRUE(result) << result.error().to_string();
+
+  for (const PolicyCurve& c : result->curves) {
+    const std::vector<int64_t>* ref = reference->find(c.workload, c.policy);
+    ASSERT_NE(ref, nullptr) << c.policy;
+    for (size_t k : {size_t{100}, size_t{130}}) {
+      double ours = static_cast<double>(c.mean[k]) / 100, theirs = static_cast<double>((*ref)[k]) / 100;
+      EXPECT_NEAR(ours, theirs, 0.5) << c.policy << " at " << k << "% arrived";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cnlab::sim
