@@ -5,8 +5,6 @@
 namespace cnlab::sched {
 
 ClusterState::ClusterState(const std::vector<model::Node>& nodes) {
-  for (auto& per_model : buckets_) per_model.fill(kNone);
-  for (auto& per_model : whole_buckets_) per_model.fill(kNone);
   nodes_.reserve(nodes.size());
   node_allocations_.resize(nodes.size());
   node_by_name_.reserve(nodes.size());
@@ -52,7 +50,7 @@ ClusterState::ClusterState(const std::vector<model::Node>& nodes) {
       if (per_model[m] == 0) continue;
       auto id = static_cast<model::ModelId>(m);
       max_gpus_per_node_[m] = std::max(max_gpus_per_node_[m], per_model[m]);
-      node_models_.push_back({n, id, 0, kNone, kNone});
+      node_models_.push_back({n, id, 0});
     }
   }
   node_model_begin_.push_back(static_cast<uint32_t>(node_models_.size()));
@@ -116,27 +114,15 @@ bool ClusterState::whole_free_gpu(uint32_t p) const {
 void ClusterState::index_partition(uint32_t p) {
   PartitionState& part = partitions_[p];
   if (part.exclusive || part.free_blocks <= 0) return;
-  uint32_t& head = buckets_[part.model][part.free_blocks];
-  part.prev = kNone;
-  part.next = head;
-  if (head != kNone) partitions_[head].prev = p;
-  head = p;
-  part.indexed = true;
+  buckets_[part.model][part.free_blocks].insert(p);
+  part.indexed_at = part.free_blocks;
 }
 
 void ClusterState::unindex_partition(uint32_t p) {
   PartitionState& part = partitions_[p];
-  if (!part.indexed) return;
-  if (part.prev != kNone) partitions_[part.prev].next = part.next;
-  else buckets_[part.model][part.free_blocks] = part.next;
-  if (part.next != kNone) partitions_[part.next].prev = part.prev;
-  part.prev = part.next = kNone;
-  part.indexed = false;
-}
-
-void ClusterState::reindex_partition(uint32_t p) {
-  unindex_partition(p);
-  if (offered(p)) index_partition(p);
+  if (part.indexed_at < 0) return;
+  buckets_[part.model][part.indexed_at].erase(p);
+  part.indexed_at = -1;
 }
 
 uint32_t ClusterState::node_model(uint32_t node, model::ModelId model) const {
@@ -152,20 +138,10 @@ void ClusterState::adjust_whole(uint32_t node, model::ModelId model, int delta) 
   CNLAB_CHECK(e != kNone);
   NodeModel& entry = node_models_[e];
   auto bucket_of = [](int free) { return std::min(free, kWholeBuckets - 1); };
-  if (entry.free > 0) {
-    if (entry.prev != kNone) node_models_[entry.prev].next = entry.next;
-    else whole_buckets_[model][bucket_of(entry.free)] = entry.next;
-    if (entry.next != kNone) node_models_[entry.next].prev = entry.prev;
-  }
+  if (entry.free > 0) whole_buckets_[model][bucket_of(entry.free)].erase(e);
   entry.free += delta;
   CNLAB_CHECK(entry.free >= 0);
-  entry.prev = entry.next = kNone;
-  if (entry.free > 0) {
-    uint32_t& head = whole_buckets_[model][bucket_of(entry.free)];
-    entry.next = head;
-    if (head != kNone) node_models_[head].prev = e;
-    head = e;
-  }
+  if (entry.free > 0) whole_buckets_[model][bucket_of(entry.free)].insert(e);
 }
 
 int ClusterState::whole_free(uint32_t node, model::ModelId model) const {
@@ -175,21 +151,21 @@ int ClusterState::whole_free(uint32_t node, model::ModelId model) const {
 
 int ClusterState::most_whole_free(model::ModelId model) const {
   for (int count = kWholeBuckets - 1; count > 0; --count) {
-    if (whole_buckets_[model][count] != kNone) {
-      if (count < kWholeBuckets - 1) return count;
-      int most = 0;
-      for (uint32_t e = whole_buckets_[model][count]; e != kNone; e = node_models_[e].next) {
-        most = std::max(most, node_models_[e].free);
-      }
-      return most;
+    const IndexSet& bucket = whole_buckets_[model][count];
+    if (bucket.empty()) continue;
+    if (count < kWholeBuckets - 1) return count;
+    int most = 0;
+    for (uint32_t e = bucket.first(); e != IndexSet::kEnd; e = bucket.next(e + 1)) {
+      most = std::max(most, node_models_[e].free);
     }
+    return most;
   }
   return 0;
 }
 
 int ClusterState::largest_free_blocks(model::ModelId model) const {
   for (int b = model::kBlocksPerGpu; b > 0; --b) {
-    if (buckets_[model][b] != kNone) return b;
+    if (!buckets_[model][b].empty()) return b;
   }
   return 0;
 }

@@ -14,6 +14,7 @@
 #include "common/time.h"
 #include "model/model.h"
 #include "sched/decision.h"
+#include "sched/index_set.h"
 
 namespace cnlab::sched {
 
@@ -37,10 +38,9 @@ struct PartitionState {
   int8_t mig_profile = -1;
   model::ModelId model = 0;
   bool exclusive = false;  // held whole by a MIG request; no blocks may be carved from it
-  bool indexed = false;    // listed in the free-blocks buckets
+  int16_t indexed_at = -1;  // the free-blocks bucket it is listed in; -1 when in none
   uint16_t jobs = 0;
   int64_t total_mem = 0, free_mem = 0;
-  uint32_t prev = kNone, next = kNone;  // bucket links
 
   bool empty() const { return jobs == 0; }
 };
@@ -120,14 +120,14 @@ class ClusterState {
   uint32_t create_instance(uint32_t gpu, int profile, int start);
 
   // Free-blocks buckets: partitions offered to block requests, per model, by free blocks.
-  uint32_t bucket_head(model::ModelId model, int free_blocks) const { return buckets_[model][free_blocks]; }
+  const IndexSet& bucket(model::ModelId model, int free_blocks) const { return buckets_[model][free_blocks]; }
   int largest_free_blocks(model::ModelId model) const;
 
-  // Whole-GPU index: per (node, model), how many whole GPUs are completely free, bucketed by count.
+  // Whole-GPU index: per (node, model) entry, how many whole GPUs are completely free, bucketed by
+  // count. Entries are numbered in node order.
   int whole_free(uint32_t node, model::ModelId model) const;
-  uint32_t whole_bucket_head(model::ModelId model, int count) const { return whole_buckets_[model][count]; }
+  const IndexSet& whole_bucket(model::ModelId model, int count) const { return whole_buckets_[model][count]; }
   uint32_t whole_entry_node(uint32_t entry) const { return node_models_[entry].node; }
-  uint32_t whole_entry_next(uint32_t entry) const { return node_models_[entry].next; }
   int most_whole_free(model::ModelId model) const;
   int max_gpus_per_node(model::ModelId model) const { return max_gpus_per_node_[model]; }
   int total_gpus(model::ModelId model) const { return total_gpus_[model]; }
@@ -140,7 +140,6 @@ class ClusterState {
     uint32_t node = 0;
     model::ModelId model = 0;
     int free = 0;
-    uint32_t prev = kNone, next = kNone;
   };
 
   // Takes (sign = -1) or gives back (sign = +1) what an allocation holds; returns whether taking
@@ -149,7 +148,6 @@ class ClusterState {
   uint32_t add_partition(uint32_t gpu, int blocks, int64_t mem, int mig_start, int mig_profile);
   void index_partition(uint32_t p);
   void unindex_partition(uint32_t p);
-  void reindex_partition(uint32_t p);
   bool whole_free_gpu(uint32_t p) const;
   void adjust_whole(uint32_t node, model::ModelId model, int delta);
   uint32_t node_model(uint32_t node, model::ModelId model) const;
@@ -164,8 +162,8 @@ class ClusterState {
   std::vector<NodeModel> node_models_;
   std::vector<uint32_t> node_model_begin_;  // node -> first NodeModel entry; entries of a node are contiguous
   std::unordered_map<std::string_view, uint32_t> node_by_name_;
-  std::array<std::array<uint32_t, model::kBlocksPerGpu + 1>, model::kMaxModels> buckets_;
-  std::array<std::array<uint32_t, kWholeBuckets>, model::kMaxModels> whole_buckets_;
+  std::array<std::array<IndexSet, model::kBlocksPerGpu + 1>, model::kMaxModels> buckets_;
+  std::array<std::array<IndexSet, kWholeBuckets>, model::kMaxModels> whole_buckets_;
   std::array<int, model::kMaxModels> max_gpus_per_node_{};
   std::array<int, model::kMaxModels> total_gpus_{};
   std::array<std::vector<uint32_t>, model::kMaxModels> mig_gpus_by_model_;

@@ -68,7 +68,8 @@ std::string why_no_fit(const ClusterState& state, const Calendar& calendar, cons
         auto id = static_cast<model::ModelId>(m);
         if (!model::mask_allows(shape.models, id)) continue;
         for (int b = shape.blocks; b <= model::kBlocksPerGpu; ++b) {
-          for (uint32_t p = state.bucket_head(id, b); p != kNone; p = state.partition(p).next) {
+          const IndexSet& bucket = state.bucket(id, b);
+          for (uint32_t p = bucket.first(); p != IndexSet::kEnd; p = bucket.next(p + 1)) {
             const PartitionState& part = state.partition(p);
             int64_t mem = shape.vram_mib >= 0 ? shape.vram_mib : state.default_mem(part, shape.blocks);
             if (part.free_mem < mem) continue;
@@ -95,7 +96,8 @@ std::string why_no_fit(const ClusterState& state, const Calendar& calendar, cons
           auto id = static_cast<model::ModelId>(m);
           if (!model::mask_allows(shape.models, id)) continue;
           for (int count = shape.gpu_count; count < ClusterState::kWholeBuckets; ++count) {
-            for (uint32_t e = state.whole_bucket_head(id, count); e != kNone; e = state.whole_entry_next(e)) {
+            const IndexSet& bucket = state.whole_bucket(id, count);
+            for (uint32_t e = bucket.first(); e != IndexSet::kEnd; e = bucket.next(e + 1)) {
               uint32_t node = state.whole_entry_node(e);
               std::vector<PartUse> uses;
               for (uint32_t g = state.node(node).gpu_begin; g < state.node(node).gpu_end; ++g) {
@@ -116,7 +118,8 @@ std::string why_no_fit(const ClusterState& state, const Calendar& calendar, cons
       int total = best_over_models(state, shape.models, [&](model::ModelId m) {
         int sum = 0;
         for (int count = 1; count < ClusterState::kWholeBuckets; ++count) {
-          for (uint32_t e = state.whole_bucket_head(m, count); e != kNone; e = state.whole_entry_next(e)) {
+          const IndexSet& bucket = state.whole_bucket(m, count);
+          for (uint32_t e = bucket.first(); e != IndexSet::kEnd; e = bucket.next(e + 1)) {
             sum += state.whole_free(state.whole_entry_node(e), m);
           }
         }

@@ -52,7 +52,8 @@ void PlacementSearch::blocks(const JobShape& shape, Time now, Time end, uint32_t
   for (int b = shape.blocks; b <= model::kBlocksPerGpu && !best.full(); ++b) {
     for (model::ModelMask rest = models; rest != 0 && !best.full(); rest &= rest - 1) {
       auto m = static_cast<model::ModelId>(__builtin_ctz(rest));
-      for (uint32_t p = state_.bucket_head(m, b); p != kNone && !best.full(); p = state_.partition(p).next) {
+      const IndexSet& bucket = state_.bucket(m, b);
+      for (uint32_t p = bucket.first(); p != IndexSet::kEnd && !best.full(); p = bucket.next(p + 1)) {
         const PartitionState& part = state_.partition(p);
         if (only_node != kNone && part.node != only_node) continue;
         if (!host_fits(part.node, shape.cpu_milli, shape.memory_mib)) continue;
@@ -105,8 +106,8 @@ void PlacementSearch::whole_single(const JobShape& shape, Time now, Time end, Be
     for (model::ModelMask rest = models; rest != 0 && !best.full(); rest &= rest - 1) {
       auto m = static_cast<model::ModelId>(__builtin_ctz(rest));
       if (state_.max_gpus_per_node(m) < shape.gpu_count) continue;
-      for (uint32_t e = state_.whole_bucket_head(m, count); e != kNone && !best.full();
-           e = state_.whole_entry_next(e)) {
+      const IndexSet& bucket = state_.whole_bucket(m, count);
+      for (uint32_t e = bucket.first(); e != IndexSet::kEnd && !best.full(); e = bucket.next(e + 1)) {
         whole_on_node(shape, state_.whole_entry_node(e), m, now, end, best);
       }
     }
@@ -122,8 +123,8 @@ void PlacementSearch::whole_multi(const JobShape& shape, Time now, Time end, Bes
     Plan plan;
     int gathered = 0;
     for (int count = ClusterState::kWholeBuckets - 1; count > 0 && gathered < shape.gpu_count; --count) {
-      for (uint32_t e = state_.whole_bucket_head(m, count); e != kNone && gathered < shape.gpu_count;
-           e = state_.whole_entry_next(e)) {
+      const IndexSet& bucket = state_.whole_bucket(m, count);
+      for (uint32_t e = bucket.first(); e != IndexSet::kEnd && gathered < shape.gpu_count; e = bucket.next(e + 1)) {
         uint32_t node = state_.whole_entry_node(e);
         const NodeState& n = state_.node(node);
         PlannedNode planned{node, 0, 0, {}};
@@ -193,7 +194,8 @@ void PlacementSearch::mig(const JobShape& shape, Time now, Time end, uint32_t on
   // 3. An idle whole GPU turned to MIG, on the busiest node that has one.
   if (!limits_.repartition || best.plan) return;
   for (int count = 1; count < ClusterState::kWholeBuckets && !best.full(); ++count) {
-    for (uint32_t e = state_.whole_bucket_head(m, count); e != kNone && !best.full(); e = state_.whole_entry_next(e)) {
+    const IndexSet& bucket = state_.whole_bucket(m, count);
+    for (uint32_t e = bucket.first(); e != IndexSet::kEnd && !best.full(); e = bucket.next(e + 1)) {
       uint32_t node = state_.whole_entry_node(e);
       if (only_node != kNone && node != only_node) continue;
       const NodeState& n = state_.node(node);
