@@ -12,7 +12,7 @@ namespace {
 
 constexpr std::string_view kGrammar =
     "expected MODEL-BLOCKS (h100-25), MODEL (h100), MODELxCOUNT (h100x8), MODEL:PROFILE (h100:3g.40gb) or "
-    "any-BLOCKS (any-10)";
+    "any-BLOCKS (any-10), or none";
 
 // The longest catalog name that starts `text` and is followed by a separator or the end.
 std::optional<ModelId> match_model_prefix(std::string_view text, size_t* length) {
@@ -67,6 +67,13 @@ Result<SliceRequest> parse_slice(std::string_view gpu_text, std::string_view vra
   std::string_view text = lower;
   auto fail = [&](const std::string& why) { return Error::invalid_argument("--gpu", std::string(gpu_text), why); };
   if (text.empty()) return fail(std::string("empty request; ") + std::string(kGrammar));
+
+  if (text == "none") {
+    if (!trim(vram).empty()) {
+      return Error::invalid_argument("--vram", std::string(vram), "a VRAM quota needs a GPU; the request is none");
+    }
+    return SliceRequest{SliceKind::kNone, 0, 0, 0, -1, std::nullopt};
+  }
 
   SliceRequest request;
   if (text.substr(0, 3) == "any" && (text.size() == 3 || std::string_view("-x:").find(text[3]) != std::string_view::npos)) {
@@ -150,6 +157,7 @@ std::string to_string(const SliceRequest& request) {
     case SliceKind::kBlocks: return fmt::format("{}-{}", out, request.blocks);
     case SliceKind::kWhole: return request.gpu_count == 1 ? out : fmt::format("{}x{}", out, request.gpu_count);
     case SliceKind::kMig: return fmt::format("{}:{}", out, request.profile().name);
+    case SliceKind::kNone: return "none";
   }
   return out;
 }

@@ -3,6 +3,7 @@
 //   h100           one whole H100            h100x8        eight whole H100s, all or nothing
 //   h100:3g.40gb   one MIG instance           any-10       10 blocks of any model
 //   v100m16|v100m32-50                        either model
+//   none           no GPU (host CPU and memory only)
 // plus an optional VRAM quota for block slices (`--vram 30Gi`).
 #pragma once
 
@@ -22,6 +23,7 @@ enum class SliceKind : uint8_t {
   kBlocks,  // 1..99 blocks of one GPU or MIG instance
   kWhole,   // `gpu_count` whole GPUs
   kMig,     // one MIG instance of `mig_profile`
+  kNone,    // no GPU at all: a host-only job (data preparation, CPU inference)
 };
 
 struct SliceRequest {
@@ -35,7 +37,7 @@ struct SliceRequest {
   // The model of a kMig request (exactly one model).
   ModelId mig_model() const;
   const MigProfile& profile() const;
-  int total_blocks() const { return blocks * gpu_count; }
+  int total_blocks() const { return kind == SliceKind::kNone ? 0 : blocks * gpu_count; }
 
   bool operator==(const SliceRequest&) const = default;
 };

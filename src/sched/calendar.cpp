@@ -7,8 +7,11 @@ namespace {
 
 // Whether the hold is still in the future at `from` and starts before `to`: only then must a job
 // running [from, to) fit in its slack. A hold already started at `from` is accounted as a running
-// job by whoever computed `from`'s free capacity.
+// job by whoever computed `from`'s free capacity (earliest_start does).
 bool overlaps_future_hold(const Hold& h, Time from, Time to) { return h.start > from && h.start < to; }
+// The same for a job placed at `from` into the state as it is: a hold starting at `from` itself is
+// not in the state, so it must be respected too.
+bool overlaps_hold(const Hold& h, Time from, Time to) { return h.start >= from && h.start < to; }
 
 const HoldPart* find_part(const Hold& h, uint32_t partition) {
   for (const HoldPart& p : h.parts) {
@@ -32,7 +35,7 @@ const Hold* Calendar::blocking_hold(uint32_t node, Time from, Time to, int64_t c
                                     std::span<const PartUse> uses) const {
   for (uint32_t id : by_node_[node]) {
     const Hold& h = holds_[id];
-    if (overlaps_future_hold(h, from, to) && !fits_slack(h, cpu, mem, uses)) return &h;
+    if (overlaps_hold(h, from, to) && !fits_slack(h, cpu, mem, uses)) return &h;
   }
   return nullptr;
 }
@@ -45,7 +48,7 @@ bool Calendar::allows(uint32_t node, Time from, Time to, int64_t cpu, int64_t me
 void Calendar::charge(uint32_t node, Time from, Time to, int64_t cpu, int64_t mem, std::span<const PartUse> uses) {
   for (uint32_t id : by_node_[node]) {
     Hold& h = holds_[id];
-    if (!overlaps_future_hold(h, from, to)) continue;
+    if (!overlaps_hold(h, from, to)) continue;
     h.slack_cpu -= cpu;
     h.slack_mem -= mem;
     for (const PartUse& use : uses) {
@@ -118,7 +121,7 @@ std::optional<EarliestStart> Calendar::earliest_start(const ClusterState& state,
         else for (uint32_t p : state.mig_gpu(gpu.mig).partitions) add(p);
       }
     }
-    if (base.parts.empty()) continue;
+    if (base.parts.empty() && shape.kind != model::SliceKind::kNone) continue;
     if (shape.kind == model::SliceKind::kWhole && whole_candidates < shape.gpu_count) continue;
     base.cpu = node.cpu_free;
     base.mem = node.mem_free;
@@ -170,8 +173,11 @@ std::optional<EarliestStart> Calendar::earliest_start(const ClusterState& state,
       }
       bool host_fits = std::min(at.cpu, at.cap_cpu) >= cpu_need && std::min(at.mem, at.cap_mem) >= mem_need;
       EarliestStart found{n, t, {}, cpu_need, mem_need};
+      bool fits = false;
       if (host_fits) {
-        if (shape.kind == model::SliceKind::kBlocks) {
+        if (shape.kind == model::SliceKind::kNone) {
+          fits = true;
+        } else if (shape.kind == model::SliceKind::kBlocks) {
           const NodeTimeline::Part* fit = nullptr;
           for (const auto& p : at.parts) {
             const PartitionState& ps = state.partition(p.partition);
@@ -202,7 +208,7 @@ std::optional<EarliestStart> Calendar::earliest_start(const ClusterState& state,
           if (static_cast<int>(found.uses.size()) < needed) found.uses.clear();
         }
       }
-      if (!found.uses.empty()) {
+      if (fits || !found.uses.empty()) {
         best = std::move(found);
         break;
       }

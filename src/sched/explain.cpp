@@ -42,6 +42,8 @@ std::string describe_shape(const JobShape& shape) {
     case model::SliceKind::kMig:
       return fmt::format("a {} instance of {}{}", model::gpu_model(shape.mig_model()).mig_profiles[shape.mig_profile].name,
                          models, host_part(shape));
+    case model::SliceKind::kNone:
+      return fmt::format("no GPU{}", host_part(shape));
   }
   return models;
 }
@@ -61,6 +63,13 @@ std::string why_no_fit(const ClusterState& state, const Calendar& calendar, cons
     return "";
   };
   switch (shape.kind) {
+    case model::SliceKind::kNone:
+      for (uint32_t n = 0; n < state.node_count(); ++n) {
+        if (!state.node(n).schedulable) continue;
+        std::string why = held_or_host(n, {});
+        if (why != "host" && !why.empty()) return needs + why;
+      }
+      return needs + "; no node has that CPU and memory free";
     case model::SliceKind::kBlocks: {
       int largest = best_over_models(state, shape.models, [&](model::ModelId m) { return state.largest_free_blocks(m); });
       if (largest < shape.blocks) return fmt::format("{}; largest free on any {} is {} blocks", needs, models, largest);
@@ -150,7 +159,7 @@ std::string why_no_fit(const ClusterState& state, const Calendar& calendar, cons
 std::string never_fits(const ClusterState& state, const std::vector<model::Node>& nodes, const JobShape& shape) {
   std::string models = model::format_model_mask(shape.models);
   int total = best_over_models(state, shape.models, [&](model::ModelId m) { return state.total_gpus(m); });
-  if (total == 0) return fmt::format("can never fit: the cluster has no {} GPU", models);
+  if (total == 0 && shape.kind != model::SliceKind::kNone) return fmt::format("can never fit: the cluster has no {} GPU", models);
   if (shape.kind == model::SliceKind::kWhole && shape.gpu_count > total) {
     return fmt::format("can never fit: needs {} whole {} and the cluster has {}", shape.gpu_count, models, total);
   }

@@ -84,7 +84,10 @@ void PlacementSearch::whole_on_node(const JobShape& shape, uint32_t node, model:
     if (gpu.model != model || gpu.whole == kNone || !gpu.healthy) continue;
     const PartitionState& part = state_.partition(gpu.whole);
     if (!part.empty()) continue;
-    best.scratch.push_back({gpu.whole, part.total_blocks, part.total_mem});
+    PartUse use{gpu.whole, part.total_blocks, part.total_mem};
+    // Skip GPUs a reservation holds: another free GPU of the node may do.
+    if (!calendar_.allows(node, now, end, 0, 0, {&use, 1})) continue;
+    best.scratch.push_back(use);
   }
   if (static_cast<int>(best.scratch.size()) < shape.gpu_count) return;
   if (!calendar_allows(node, now, end, shape.cpu_milli, shape.memory_mib, best.scratch, best)) return;
@@ -210,12 +213,28 @@ void PlacementSearch::mig(const JobShape& shape, Time now, Time end, uint32_t on
   }
 }
 
+// A job without GPUs may go to any node; every node is scored (such jobs are few, and where their
+// CPU goes decides which GPUs stay usable).
+void PlacementSearch::host_only(const JobShape& shape, Time now, Time end, uint32_t only_node, Best& best) const {
+  for (uint32_t n = only_node == kNone ? 0 : only_node; n < state_.node_count(); ++n) {
+    if (only_node != kNone && n != only_node) break;
+    if (!state_.node(n).schedulable || !host_fits(n, shape.cpu_milli, shape.memory_mib)) continue;
+    if (!calendar_allows(n, now, end, shape.cpu_milli, shape.memory_mib, {}, best)) continue;
+    CandidateView view{n, {}, shape.cpu_milli, shape.memory_mib, 0, 0};
+    ++best.scored;
+    double cost = scorer_.cost(state_, shape, view);
+    if (!best.plan || cost < best.plan->cost) best.offer(cost, PlannedNode{n, shape.cpu_milli, shape.memory_mib, {}});
+    else ++best.feasible;
+  }
+}
+
 std::optional<Plan> PlacementSearch::find(const JobShape& shape, Time now, Time end, Stats* stats) const {
   Best best;
   best.limit = limits_.candidates;
   switch (shape.kind) {
     case model::SliceKind::kBlocks: blocks(shape, now, end, kNone, best); break;
     case model::SliceKind::kMig: mig(shape, now, end, kNone, best); break;
+    case model::SliceKind::kNone: host_only(shape, now, end, kNone, best); break;
     case model::SliceKind::kWhole:
       whole_single(shape, now, end, best);
       if (!best.plan) whole_multi(shape, now, end, best);
@@ -234,6 +253,7 @@ std::optional<Plan> PlacementSearch::find_on_node(const JobShape& shape, uint32_
   switch (shape.kind) {
     case model::SliceKind::kBlocks: blocks(shape, now, end, node, best); break;
     case model::SliceKind::kMig: mig(shape, now, end, node, best); break;
+    case model::SliceKind::kNone: host_only(shape, now, end, node, best); break;
     case model::SliceKind::kWhole: {
       const NodeState& n = state_.node(node);
       model::ModelMask seen = 0;

@@ -36,7 +36,7 @@ class NodeModel {
     }
   }
 
-  bool relevant() const { return !parts_.empty() || free_slots_; }
+  bool relevant() const { return !parts_.empty() || free_slots_ || shape_.kind == model::SliceKind::kNone; }
 
   void take(const Allocation& a) {
     cpu_ += a.cpu;
@@ -55,6 +55,8 @@ class NodeModel {
   bool fits() const {
     if (cpu_ < shape_.cpu_milli || mem_ < shape_.memory_mib) return false;
     switch (shape_.kind) {
+      case model::SliceKind::kNone:
+        return true;
       case model::SliceKind::kBlocks:
         for (const Part& p : parts_) {
           const PartitionState& ps = state_.partition(p.partition);

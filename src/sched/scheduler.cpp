@@ -251,6 +251,11 @@ class Cycle {
     bool deadline_needs_preemption = latest && (!earliest || earliest->start > *latest);
     if ((config_.tiers[job.tier].may_preempt || deadline_needs_preemption) && try_preempt(j, end)) return true;
 
+    if (earliest && earliest->start <= now_) {
+      // The search's choice of GPUs met a reservation that other GPUs of the node avoid.
+      place(j, plan_of(*earliest), end, {});
+      return true;
+    }
     if (earliest) return reserve(j, *earliest, reason);
     if (latest && *latest < now_) {
       return wait(j, intern_reason(fmt::format("deadline {} cannot be met: it should have started by {}; {}",
@@ -263,6 +268,10 @@ class Cycle {
     }
     blocked_behind_.push_back(j);
     return wait(j, reason);
+  }
+
+  static Plan plan_of(const EarliestStart& start) {
+    return Plan{{PlannedNode{start.node, start.cpu, start.mem, start.uses}}, 0};
   }
 
   bool try_preempt(JobIndex j, Time end) {

@@ -67,10 +67,18 @@ TEST(SliceRequest, VramQuotaForBlockSlices) {
   EXPECT_THAT(parse_error("g2-10", "8Gi"), HasSubstr("undisclosed"));
 }
 
+TEST(SliceRequest, NoneAsksForHostResourcesOnly) {
+  auto r = parse_ok("none");
+  EXPECT_EQ(r.kind, SliceKind::kNone);
+  EXPECT_EQ(r.total_blocks(), 0);
+  EXPECT_THAT(parse_error("none", "1Gi"), HasSubstr("a VRAM quota needs a GPU"));
+  EXPECT_THAT(parse_error("none-5"), HasSubstr("unknown GPU model"));
+}
+
 TEST(SliceRequest, PrinterAndParserRoundTrip) {
   for (auto [gpu, vram] : std::initializer_list<std::pair<std::string_view, std::string_view>>{
            {"h100-25", ""}, {"h100", ""}, {"h100x8", ""}, {"h100:3g.40gb", ""}, {"any-10", ""}, {"any", ""},
-           {"anyx4", ""}, {"h200:1g.18gb", ""}, {"v100m16|v100m32-46", ""}, {"h100-25", "30Gi"},
+           {"anyx4", ""}, {"h200:1g.18gb", ""}, {"v100m16|v100m32-46", ""}, {"h100-25", "30Gi"}, {"none", ""},
            {"a100m80-7", "1500Mi"}, {"mi300xx8", ""}, {"H100-25", ""}, {"h100-100", ""}}) {
     SliceRequest r = parse_ok(gpu, vram);
     auto again = parse_slice(to_string(r), vram_text(r));

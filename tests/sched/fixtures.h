@@ -128,12 +128,14 @@ inline std::string capacity_violation(const Snapshot& s) {
         ++u.jobs;
         u.exclusive = u.exclusive || job.spec.gpu.kind != model::SliceKind::kBlocks;
       }
-      host[b.node].first += job.spec.cpu_milli * static_cast<int64_t>(b.gpus.size()) /
-                            std::max(1, job.spec.gpu.gpu_count);
-      host[b.node].second += job.spec.memory_mib * static_cast<int64_t>(b.gpus.size()) /
-                             std::max(1, job.spec.gpu.gpu_count);
+      int64_t share = job.spec.gpu.kind == model::SliceKind::kWhole ? static_cast<int64_t>(b.gpus.size()) : 1;
+      int64_t of = job.spec.gpu.kind == model::SliceKind::kWhole ? job.spec.gpu.gpu_count : 1;
+      host[b.node].first += job.spec.cpu_milli * share / of;
+      host[b.node].second += job.spec.memory_mib * share / of;
     }
-    int want = job.spec.gpu.kind == model::SliceKind::kWhole ? job.spec.gpu.gpu_count : 1;
+    int want = job.spec.gpu.kind == model::SliceKind::kWhole ? job.spec.gpu.gpu_count
+               : job.spec.gpu.kind == model::SliceKind::kNone  ? 0
+                                                               : 1;
     if (gpus != want) return job.meta.name + " holds " + std::to_string(gpus) + " GPUs of " + std::to_string(want);
   }
   for (const auto& [key, u] : uses) {

@@ -45,7 +45,7 @@ model::Job random_job(std::mt19937_64& rng, int i, Time now) {
   static const std::vector<std::string> kShapes = {
       "h100-10", "h100-25", "h100-50", "h100-75", "h100", "h100x2", "h100x4", "h100x8", "h100x16",
       "a100m80-30", "a100m80x2", "any-20", "any", "l4-50", "l4x2", "h200-40", "h100:1g.10gb", "h100:3g.40gb",
-      "a100m80:2g.20gb", "h200:7g.141gb", "h100|h200-60", "h100-5"};
+      "a100m80:2g.20gb", "h200:7g.141gb", "h100|h200-60", "h100-5", "none"};
   static const std::vector<std::string> kClasses = {"inference", "production", "dev", "dev", "opportunistic"};
   JobOptions o;
   o.project = "p" + std::to_string(rng() % 4);
@@ -105,7 +105,9 @@ TEST(Invariants, CapacityGangsAndModelsHoldOverRandomWorkloads) {
         const auto& spec = w.snapshot.jobs[p.job].spec;
         size_t gpus = 0;
         for (const auto& n : p.nodes) gpus += n.gpus.size();
-        size_t want = spec.gpu.kind == model::SliceKind::kWhole ? static_cast<size_t>(spec.gpu.gpu_count) : 1;
+        size_t want = spec.gpu.kind == model::SliceKind::kWhole ? static_cast<size_t>(spec.gpu.gpu_count)
+                      : spec.gpu.kind == model::SliceKind::kNone  ? 0
+                                                                  : 1;
         ASSERT_EQ(gpus, want) << "seed " << seed << ": gang " << w.snapshot.jobs[p.job].meta.name << " partial";
       }
       apply_decisions(r, w.snapshot);
@@ -168,6 +170,7 @@ std::string reservation_conflict(const Snapshot& after, const CycleResult& r, co
     ++h.grants;
     (void)job;
   };
+
   for (const auto& job : after.jobs) {
     if (job.status.phase != model::JobPhase::kRunning || end_of(job, *job.status.started_at) <= res.start) continue;
     for (const auto& b : job.status.placement) {

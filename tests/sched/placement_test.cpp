@@ -160,6 +160,18 @@ TEST(Placement, BlockSlicesShareAMigInstance) {
   EXPECT_EQ(placement_of(r, 0)->nodes[0].gpus[0].mig_start, 0);
 }
 
+TEST(Placement, HostOnlyJobTakesCpuWhereItStrandsNoGpu) {
+  // Node "full" has no free GPU left; its spare CPU is the cheapest place for a CPU-only job.
+  auto s = snapshot_of({gpu_node("open", "h100", 2, 32000), gpu_node("full", "h100", 2, 32000)},
+                       {running_job("r", "h100x2", "full", {whole_gpu(0), whole_gpu(1)}, kHour, {.cpu_milli = 8000}),
+                        pending_job("prep", "none", {.cpu_milli = 16000})});
+  auto r = run_cycle(s, {});
+  const Placement* p = placement_of(r, 1);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->nodes[0].node, 1u);
+  EXPECT_TRUE(p->nodes[0].gpus.empty());
+}
+
 TEST(Placement, UnschedulableNodesAndUnhealthyGpusGetNoNewWork) {
   auto cordoned = gpu_node("cordoned", "h100", 1);
   cordoned.unschedulable = true;
