@@ -172,6 +172,7 @@ int ClusterState::largest_free_blocks(model::ModelId model) const {
 
 bool ClusterState::apply(const Allocation& a, int sign, bool exclusive_mig) {
   NodeState& n = nodes_[a.node];
+  ++n.version;
   bool over = sign < 0 && (a.cpu > n.cpu_free || a.mem > n.mem_free);
   n.cpu_free += sign * a.cpu;
   n.mem_free += sign * a.mem;
@@ -231,6 +232,7 @@ void ClusterState::restore(uint32_t allocation) {
 void ClusterState::enable_mig(uint32_t gpu) {
   GpuState& g = gpus_[gpu];
   CNLAB_CHECK(g.whole != kNone && partitions_[g.whole].jobs == 0);
+  ++nodes_[g.node].version;
   uint32_t old = g.whole;
   unindex_partition(old);
   if (offered(old)) adjust_whole(g.node, g.model, -1);
@@ -246,6 +248,7 @@ void ClusterState::enable_mig(uint32_t gpu) {
 uint32_t ClusterState::create_instance(uint32_t gpu, int profile, int start) {
   GpuState& g = gpus_[gpu];
   CNLAB_CHECK(g.mig != kNone);
+  ++nodes_[g.node].version;
   MigGpu& mig = mig_gpus_[g.mig];
   CNLAB_CHECK(mig.layout.add(profile, start).has_value());
   const auto& p = model::gpu_model(g.model).mig_profiles[profile];

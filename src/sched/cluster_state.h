@@ -28,6 +28,7 @@ struct NodeState {
   uint32_t allocations = 0;             // live allocations on the node
   int32_t blocks_total = 0, blocks_used = 0;
   model::ModelMask models = 0;  // models of its healthy GPUs
+  uint32_t version = 0;         // grows with every change, for caches of what derives from the node
   bool schedulable = false;
 };
 

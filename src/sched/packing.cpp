@@ -1,31 +1,94 @@
 #include "sched/packing.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace cnlab::sched {
+namespace {
+
+constexpr int32_t kUnbounded = std::numeric_limits<int32_t>::max();
+
+int32_t host_slots(const JobShape& m, int64_t cpu_free) {
+  if (m.cpu_milli <= 0) return kUnbounded;
+  return cpu_free < 0 ? 0 : static_cast<int32_t>(std::min<int64_t>(cpu_free / m.cpu_milli, kUnbounded));
+}
+
+}  // namespace
+
+int32_t PackingScorer::partition_slots(const ClusterState& state, const PartitionState& p, const JobShape& m,
+                                       int free_blocks, int64_t free_mem) {
+  if (!model::mask_allows(m.models, p.model)) return 0;
+  switch (m.kind) {
+    case model::SliceKind::kBlocks: {
+      if (p.exclusive || free_blocks <= 0) return 0;
+      int32_t slots = free_blocks / m.blocks;
+      int64_t mem_each = m.vram_mib >= 0 ? m.vram_mib : state.default_mem(p, m.blocks);
+      if (mem_each > 0) slots = static_cast<int32_t>(std::min<int64_t>(slots, free_mem / mem_each));
+      return slots;
+    }
+    case model::SliceKind::kWhole:
+      return p.mig_start < 0 && free_blocks == p.total_blocks ? 1 : 0;
+    case model::SliceKind::kMig:
+      return p.mig_profile == m.mig_profile && !p.exclusive && free_blocks == p.total_blocks ? 1 : 0;
+    case model::SliceKind::kNone:
+      return 0;
+  }
+  return 0;
+}
+
+const std::vector<int32_t>& PackingScorer::gpu_slots(const ClusterState& state, uint32_t node) const {
+  if (cache_.size() < state.node_count()) cache_.resize(state.node_count());
+  NodeSlots& c = cache_[node];
+  const NodeState& n = state.node(node);
+  if (c.node_version == n.version && c.profile_version == profile_->version()) return c.gpu_slots;
+  const auto& typical = profile_->typical();
+  c.gpu_slots.assign(typical.size(), 0);
+  for (uint32_t g = n.gpu_begin; g < n.gpu_end; ++g) {
+    const GpuState& gpu = state.gpu(g);
+    if (!gpu.healthy) continue;
+    auto count = [&](uint32_t p) {
+      const PartitionState& part = state.partition(p);
+      for (size_t m = 0; m < typical.size(); ++m) {
+        c.gpu_slots[m] += partition_slots(state, part, typical[m].shape, part.free_blocks, part.free_mem);
+      }
+    };
+    if (gpu.whole != kNone) count(gpu.whole);
+    else for (uint32_t p : state.mig_gpu(gpu.mig).partitions) count(p);
+  }
+  c.node_version = n.version;
+  c.profile_version = profile_->version();
+  return c.gpu_slots;
+}
 
 double PackingScorer::cost(const ClusterState& state, const JobShape& shape, const CandidateView& c) const {
   const NodeState& node = state.node(c.node);
   double cost = 0;
-  // Tightest fit: the blocks a partition keeps free after the grant are likely wasted.
-  for (const PartUse& use : c.uses) {
-    const PartitionState& p = state.partition(use.partition);
-    cost += static_cast<double>(p.free_blocks - use.blocks) / model::kBlocksPerGpu;
+  if (profile_ && !profile_->typical().empty()) {
+    const auto& typical = profile_->typical();
+    const auto& slots = gpu_slots(state, c.node);
+    int64_t cpu_after = node.cpu_free - c.cpu;
+    for (size_t m = 0; m < typical.size(); ++m) {
+      const JobShape& t = typical[m].shape;
+      if (t.kind == model::SliceKind::kNone) continue;
+      int32_t gpu_before = slots[m], gpu_after = gpu_before;
+      for (const PartUse& use : c.uses) {
+        const PartitionState& p = state.partition(use.partition);
+        bool exclusive_after = shape.kind == model::SliceKind::kMig;
+        gpu_after -= partition_slots(state, p, t, p.free_blocks, p.free_mem);
+        if (!exclusive_after) gpu_after += partition_slots(state, p, t, p.free_blocks - use.blocks, p.free_mem - use.mem);
+      }
+      if (c.mig_change == 2 && t.kind == model::SliceKind::kWhole) gpu_after -= 1;
+      int per_gpu_count = t.kind == model::SliceKind::kWhole ? t.gpu_count : 1;
+      int32_t before = std::min(gpu_before / per_gpu_count, host_slots(t, node.cpu_free));
+      int32_t after = std::min(std::max(gpu_after, 0) / per_gpu_count, host_slots(t, cpu_after));
+      cost += typical[m].weight * static_cast<double>(before - after) * t.total_blocks();
+    }
   }
-  cost += c.whole_gpus_opened * 1.0 + c.mig_change * 0.5;
-  // Busy nodes first: an idle node stays idle (power-down) and whole (large gangs).
-  if (node.allocations == 0) cost += 2.0;
-  // Host resources in step with GPU capacity: a node whose CPU or memory runs out before its GPUs
-  // strands them.
-  int blocks_after = node.blocks_total - node.blocks_used;
-  for (const PartUse& use : c.uses) blocks_after -= use.blocks;
-  blocks_after -= c.mig_change > 0 ? shape.blocks : 0;
-  if (node.blocks_total > 0) {
-    double gpu_left = static_cast<double>(blocks_after) / node.blocks_total;
-    double cpu_left = node.cpu_total > 0 ? static_cast<double>(node.cpu_free - c.cpu) / node.cpu_total : 1.0;
-    double mem_left = node.mem_total > 0 ? static_cast<double>(node.mem_free - c.mem) / node.mem_total : 1.0;
-    cost += std::max(0.0, gpu_left - std::min(cpu_left, mem_left));
-  }
+  // Tie-breakers, small against any difference in usable capacity: tightest fit, then busy nodes.
+  double leftover = 0;
+  for (const PartUse& use : c.uses) leftover += state.partition(use.partition).free_blocks - use.blocks;
+  cost += 1e-3 * (leftover + 100.0 * c.whole_gpus_opened + 50.0 * c.mig_change);
+  if (node.allocations == 0) cost += 0.5;
   return cost;
 }
 

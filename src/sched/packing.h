@@ -2,9 +2,11 @@
 #pragma once
 
 #include <span>
+#include <vector>
 
 #include "sched/cluster_state.h"
 #include "sched/job_shape.h"
+#include "sched/workload_profile.h"
 
 namespace cnlab::sched {
 
@@ -24,12 +26,37 @@ class PlacementScorer {
   virtual double cost(const ClusterState& state, const JobShape& shape, const CandidateView& candidate) const = 0;
 };
 
-// Fragmentation-aware packing: fill partly used GPUs before opening empty ones, tightest fit first,
-// busy nodes before idle ones (so idle nodes can power down and stay whole for large gangs), and
-// keep CPU and memory in step with the GPUs left on a node so no GPU is stranded without them.
+// Fragmentation-aware packing across GPUs, CPU and memory.
+//
+// For each typical request shape m of the workload (learned from arrivals, weight w_m), a node can
+// still serve some number of such requests: as many as its GPUs' free blocks hold (per partition,
+// floor(free / blocks_m)), or its free whole GPUs hold, and as its free CPU holds. What that number
+// times the request's size leaves of the node's free GPU capacity is fragmentation for m: capacity
+// that is free but that m cannot use. A place costs the expected capacity it makes unusable:
+//     cost = sum_m w_m * (usable_m(node before) - usable_m(node after))
+// This is the fragmentation gradient of FGD (Weng et al., ATC'23), measured with the request counts
+// a node can actually hold, host CPU included, instead of FGD's per-GPU test, so a job that would
+// strand GPUs behind a used-up CPU pays for it. Ties go to the tightest fit, then to busy nodes (an
+// idle node stays idle for power-down and whole for gangs).
 class PackingScorer final : public PlacementScorer {
  public:
+  // `profile` may be null or empty: then only the tie-breakers decide (tightest fit, busy nodes).
+  explicit PackingScorer(const WorkloadProfile* profile = nullptr) : profile_(profile) {}
   double cost(const ClusterState& state, const JobShape& shape, const CandidateView& candidate) const override;
+
+ private:
+  // Per node, how many requests of each typical shape its GPUs alone could take now.
+  struct NodeSlots {
+    uint32_t node_version = UINT32_MAX;
+    uint64_t profile_version = UINT64_MAX;
+    std::vector<int32_t> gpu_slots;
+  };
+  const std::vector<int32_t>& gpu_slots(const ClusterState& state, uint32_t node) const;
+  static int32_t partition_slots(const ClusterState& state, const PartitionState& p, const JobShape& m, int free_blocks,
+                                 int64_t free_mem);
+
+  const WorkloadProfile* profile_;
+  mutable std::vector<NodeSlots> cache_;
 };
 
 }  // namespace cnlab::sched

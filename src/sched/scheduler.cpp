@@ -15,6 +15,7 @@
 #include "sched/packing.h"
 #include "sched/placement.h"
 #include "sched/preemption.h"
+#include "sched/workload_profile.h"
 
 namespace cnlab::sched {
 
@@ -36,6 +37,7 @@ class Cycle {
         now_(snapshot.now),
         state_(snapshot.nodes),
         calendar_(state_.node_count()),
+        scorer_(&profile_),
         search_(state_, calendar_, scorer_, {config.placement_candidates, config.repartition_idle_gpus}),
         victims_(jobs_, snapshot.now) {}
 
@@ -105,6 +107,7 @@ class Cycle {
       info.project = intern_project(job.spec.project);
       info.user = intern_user(info.project, job.spec.user);
       info.shape = JobShape::of(job.spec);
+      profile_.add(info.shape);
       info.submitted = job.status.submitted_at;
       info.deadline = job.spec.deadline;
       info.estimate = job.spec.estimated_duration.value_or(Duration{0});
@@ -402,6 +405,7 @@ class Cycle {
   Time now_;
   ClusterState state_;
   Calendar calendar_;
+  WorkloadProfile profile_;  // the shapes of the running and pending jobs
   PackingScorer scorer_;
   PlacementSearch search_;
   std::vector<JobInfo> jobs_;

@@ -5,6 +5,7 @@
 
 #include "sched/apply.h"
 #include "sched/decision.h"
+#include "sched/placer.h"
 #include "sched/policy_config.h"
 #include "sched/snapshot.h"
 #include "sched/usage_ledger.h"

@@ -20,7 +20,7 @@ struct RunContext {
 };
 
 // One instance per run; never shared between threads. The engine calls reset() once, then for each
-// pod that fits somewhere place() and, when the pod was placed, on_placed().
+// pod on_arrival(), then, when the pod fits somewhere, place() and, when it was placed, on_placed().
 class AllocPolicy {
  public:
   virtual ~AllocPolicy() = default;
@@ -33,6 +33,10 @@ class AllocPolicy {
     (void)cluster;
     (void)context;
   }
+
+  // Every pod as it arrives, before the engine looks for a node: placed, failed or CPU-only. A
+  // policy that learns the workload's shape online learns it here.
+  virtual void on_arrival(const Pod& pod) { (void)pod; }
 
   // Where `pod` goes. `feasible` lists, in increasing node index, every node that passes the
   // experiment's filter (AllocCluster::fits); it is never empty. Return one of those nodes and the

@@ -23,6 +23,7 @@ Result<RunResult> run_allocation(AllocCluster& cluster, const Workload& workload
     const Pod& pod = workload.pods[index];
     ++result.pods;
     result.arrived_gpu_milli += pod.gpu_request();
+    policy.on_arrival(pod);
     feasible.clear();
     for (NodeIndex n = 0; n < node_count; ++n) {
       if (cluster.fits(pod, n)) feasible.push_back(n);

@@ -1,0 +1,37 @@
+// Incremental placement: the cycle's placement search and scoring, one job at a time, against a
+// cluster the caller keeps (the simulator's allocation experiment). No queue, no time: every job
+// is placed now or not at all, and stays until released. For the same cluster and the same jobs
+// arrived, it chooses what run_cycle would choose for the next job.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "model/model.h"
+#include "sched/decision.h"
+#include "sched/policy_config.h"
+
+namespace cnlab::sched {
+
+class Placer {
+ public:
+  Placer(std::vector<model::Node> nodes, PolicyConfig config = {});
+  ~Placer();
+  Placer(const Placer&) = delete;
+  Placer& operator=(const Placer&) = delete;
+
+  const std::vector<model::Node>& nodes() const;
+  // Records that a job asking `spec` arrived; placement learns the workload's shape from arrivals
+  // (placed or not), as the cycle learns it from its running and pending jobs.
+  void observe(const model::JobSpec& spec);
+  // Finds the best place for `spec` now and takes it, or returns nullopt when it fits nowhere.
+  // Grants are as in a cycle's Placement (MIG changes are applied to nodes()).
+  std::optional<std::vector<NodeGrant>> place(const model::JobSpec& spec, JobIndex job);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cnlab::sched

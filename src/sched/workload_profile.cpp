@@ -1,0 +1,66 @@
+#include "sched/workload_profile.h"
+
+#include <algorithm>
+#include <tuple>
+
+namespace cnlab::sched {
+namespace {
+
+auto key(const JobShape& s) {
+  return std::tuple(static_cast<int>(s.kind), s.models, s.blocks, s.gpu_count, s.mig_profile, s.vram_mib, s.cpu_milli);
+}
+
+}  // namespace
+
+size_t WorkloadProfile::Hash::operator()(const JobShape& s) const {
+  size_t h = static_cast<size_t>(s.kind) * 0x9E3779B97F4A7C15ull;
+  for (int64_t v : {int64_t{s.models}, int64_t{s.blocks}, int64_t{s.gpu_count}, int64_t{s.mig_profile}, s.vram_mib,
+                    s.cpu_milli}) {
+    h = (h ^ static_cast<size_t>(v)) * 0x100000001B3ull;
+  }
+  return h;
+}
+
+bool WorkloadProfile::before(const Entry& a, const Entry& b) {
+  return a.count != b.count ? a.count > b.count : key(a.shape) < key(b.shape);
+}
+
+void WorkloadProfile::add(const JobShape& shape) {
+  JobShape k = shape;
+  k.memory_mib = 0;
+  auto [it, added] = position_.try_emplace(k, ranked_.size());
+  if (added) ranked_.push_back({k, 0});
+  size_t i = it->second;
+  ++ranked_[i].count;
+  // One more job moves an entry up past the entries it now outranks (one insertion-sort step).
+  while (i > 0 && before(ranked_[i], ranked_[i - 1])) {
+    std::swap(ranked_[i], ranked_[i - 1]);
+    position_[ranked_[i].shape] = i;
+    position_[ranked_[i - 1].shape] = i - 1;
+    --i;
+  }
+  ++total_;
+  dirty_ = true;
+}
+
+const std::vector<TypicalShape>& WorkloadProfile::typical() const {
+  if (!dirty_) return typical_;
+  dirty_ = false;
+  std::vector<TypicalShape> next;
+  uint64_t covered = 0;
+  for (const Entry& e : ranked_) {
+    if (static_cast<double>(covered) >= kCoverage * static_cast<double>(total_)) break;
+    next.push_back({e.shape, static_cast<double>(e.count)});
+    covered += e.count;
+  }
+  for (auto& t : next) t.weight /= static_cast<double>(covered);
+  std::sort(next.begin(), next.end(), [](const auto& a, const auto& b) { return key(a.shape) < key(b.shape); });
+  bool same_set = next.size() == typical_.size() &&
+                  std::equal(next.begin(), next.end(), typical_.begin(),
+                             [](const auto& a, const auto& b) { return a.shape == b.shape; });
+  if (!same_set) ++version_;
+  typical_ = std::move(next);
+  return typical_;
+}
+
+}  // namespace cnlab::sched

@@ -1,0 +1,54 @@
+// The shape of the workload, learned from the jobs that have arrived: which requests are common.
+// The packing scorer keeps capacity usable for them. Nothing here reads a trace ahead of time: the
+// scheduler feeds it the jobs of its snapshot, the simulator each job as it arrives.
+#pragma once
+
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "sched/job_shape.h"
+
+namespace cnlab::sched {
+
+struct TypicalShape {
+  JobShape shape;  // host memory is not part of the key: requests differ in it more than in the rest
+  double weight = 0;  // share of the arrived jobs, renormalised over the typical shapes
+};
+
+class WorkloadProfile {
+ public:
+  // The typical shapes are the most common ones that together cover this share of the jobs (as FGD
+  // chooses its typical pods).
+  static constexpr double kCoverage = 0.95;
+
+  void add(const JobShape& shape);
+  uint64_t jobs() const { return total_; }
+  // The typical shapes in a fixed order of their keys; a pure function of the counts so far.
+  const std::vector<TypicalShape>& typical() const;
+  // Grows when the set of typical shapes changes (not their weights): caches of per-shape values
+  // stay valid while it stays the same.
+  uint64_t version() const {
+    (void)typical();
+    return version_;
+  }
+
+ private:
+  struct Entry {
+    JobShape shape;
+    uint64_t count = 0;
+  };
+  struct Hash {
+    size_t operator()(const JobShape& s) const;
+  };
+  static bool before(const Entry& a, const Entry& b);  // more common first, then by key
+
+  std::vector<Entry> ranked_;  // always sorted by before()
+  std::unordered_map<JobShape, size_t, Hash> position_;
+  uint64_t total_ = 0;
+  mutable bool dirty_ = false;
+  mutable uint64_t version_ = 0;
+  mutable std::vector<TypicalShape> typical_;
+};
+
+}  // namespace cnlab::sched

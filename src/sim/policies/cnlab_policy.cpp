@@ -1,0 +1,78 @@
+#include "sim/policies/cnlab_policy.h"
+
+namespace cnlab::sim {
+
+std::vector<model::Node> CnlabPolicy::nodes_of(const AllocCluster& cluster) {
+  std::vector<model::ModelId> model_ids;
+  for (const std::string& name : cluster.model_names()) {
+    auto id = model::find_model(name);
+    CNLAB_CHECK_MSG(id.has_value(), "trace model " + name + " is not in the GPU catalog");
+    model_ids.push_back(*id);
+  }
+  std::vector<model::Node> nodes(cluster.node_count());
+  for (NodeIndex n = 0; n < cluster.node_count(); ++n) {
+    model::Node& node = nodes[n];
+    node.meta.name = std::string(cluster.node_name(n));
+    node.cpu_milli = cluster.cpu_capacity(n);
+    node.memory_mib = cluster.memory_capacity(n);
+    node.simulated = true;
+    for (int g = 0; g < cluster.gpu_count(n); ++g) {
+      model::ModelId m = model_ids[cluster.model(n)];
+      node.gpus.push_back({g, node.meta.name + "-gpu" + std::to_string(g), m, model::gpu_model(m).memory_mib, true,
+                           false, {}});
+    }
+  }
+  return nodes;
+}
+
+model::JobSpec CnlabPolicy::spec_of(const Pod& pod, const AllocCluster& cluster) {
+  model::JobSpec spec;
+  spec.project = "trace";
+  spec.user = "trace";
+  spec.cpu_milli = pod.cpu_milli;
+  spec.memory_mib = pod.memory_mib;
+  model::SliceRequest& gpu = spec.gpu;
+  switch (pod.kind()) {
+    case PodKind::kCpuOnly:
+      gpu = {model::SliceKind::kNone, 0, 0, 0, -1, std::nullopt};
+      break;
+    case PodKind::kSharing:
+      gpu.kind = model::SliceKind::kBlocks;
+      gpu.blocks = (pod.gpu_milli + 9) / 10;  // 1 block = 10 milli; rounding up never over-grants
+      break;
+    case PodKind::kWholeGpu:
+      gpu.kind = model::SliceKind::kWhole;
+      gpu.gpu_count = pod.num_gpu;
+      break;
+  }
+  if (pod.allowed_models != kAnyModel && pod.kind() != PodKind::kCpuOnly) {
+    for (size_t m = 0; m < cluster.model_names().size(); ++m) {
+      if ((pod.allowed_models >> m) & 1) gpu.models |= model::model_bit(*model::find_model(cluster.model_names()[m]));
+    }
+    // A spec naming only models the cluster lacks fits nowhere; keep it so (no node has bit 31).
+    if (gpu.models == 0) gpu.models = model::ModelMask{1} << 31;
+  }
+  return spec;
+}
+
+void CnlabPolicy::reset(const AllocCluster& cluster, const RunContext& context) {
+  (void)context;
+  cluster_ = &cluster;
+  placer_ = std::make_unique<sched::Placer>(nodes_of(cluster), config_);
+  next_job_ = 0;
+}
+
+void CnlabPolicy::on_arrival(const Pod& pod) { placer_->observe(spec_of(pod, *cluster_)); }
+
+std::optional<Choice> CnlabPolicy::place(const Pod& pod, const AllocCluster& cluster,
+                                         std::span<const NodeIndex> feasible) {
+  (void)feasible;  // the scheduler applies the same filter itself
+  auto grants = placer_->place(spec_of(pod, cluster), next_job_++);
+  if (!grants) return std::nullopt;
+  CNLAB_CHECK(grants->size() == 1);
+  Choice choice{(*grants)[0].node, 0};
+  for (const sched::GpuGrant& g : (*grants)[0].gpus) choice.gpus |= uint32_t{1} << g.gpu;
+  return choice;
+}
+
+}  // namespace cnlab::sim

@@ -1,0 +1,37 @@
+// CNLab: the production scheduler's placement (src/sched, through sched::Placer), unchanged. This
+// file only translates: the experiment's nodes into model::Node, each pod into a model::JobSpec
+// (gpu_milli in 1% blocks, whole GPUs, or no GPU), and the grant back into a Choice. It learns the
+// workload's shape from the pods as they arrive, never from the trace.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "model/model.h"
+#include "sched/scheduler.h"
+#include "sim/alloc_policy.h"
+
+namespace cnlab::sim {
+
+class CnlabPolicy : public AllocPolicy {
+ public:
+  explicit CnlabPolicy(sched::PolicyConfig config = {}) : config_(std::move(config)) {}
+
+  std::string_view name() const override { return "CNLab"; }
+  void reset(const AllocCluster& cluster, const RunContext& context) override;
+  void on_arrival(const Pod& pod) override;
+  std::optional<Choice> place(const Pod& pod, const AllocCluster& cluster,
+                              std::span<const NodeIndex> feasible) override;
+
+  // The translations, public so tests can build the same snapshot for sched::run_cycle.
+  static std::vector<model::Node> nodes_of(const AllocCluster& cluster);
+  static model::JobSpec spec_of(const Pod& pod, const AllocCluster& cluster);
+
+ private:
+  sched::PolicyConfig config_;
+  std::unique_ptr<sched::Placer> placer_;
+  const AllocCluster* cluster_ = nullptr;
+  sched::JobIndex next_job_ = 0;
+};
+
+}  // namespace cnlab::sim
