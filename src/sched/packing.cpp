@@ -60,6 +60,12 @@ const std::vector<int32_t>& PackingScorer::gpu_slots(const ClusterState& state, 
   return c.gpu_slots;
 }
 
+// Weights of the cost's terms (blocks of capacity). Stranding counts double: a GPU cut off from CPU
+// is lost to every request shape, not to one. The tie-breakers stay below one block in total.
+constexpr double kStrandWeight = 2.0;
+constexpr double kTightFitWeight = 1e-3;
+constexpr double kIdleNodePenalty = 0.5;
+
 double PackingScorer::cost(const ClusterState& state, const JobShape& shape, const CandidateView& c) const {
   const NodeState& node = state.node(c.node);
   double cost = 0;
@@ -83,12 +89,21 @@ double PackingScorer::cost(const ClusterState& state, const JobShape& shape, con
       int32_t after = std::min(std::max(gpu_after, 0) / per_gpu_count, host_slots(t, cpu_after));
       cost += typical[m].weight * static_cast<double>(before - after) * t.total_blocks();
     }
+    // GPU capacity the node's CPU cannot feed at the arrived jobs' CPU per block.
+    if (double cpu_per_block = profile_->cpu_per_block(); cpu_per_block > 0) {
+      int blocks_free = node.blocks_total - node.blocks_used;
+      int blocks_after = blocks_free;
+      for (const PartUse& use : c.uses) blocks_after -= use.blocks;
+      double stranded_before = std::max(0.0, blocks_free - static_cast<double>(node.cpu_free) / cpu_per_block);
+      double stranded_after = std::max(0.0, blocks_after - static_cast<double>(cpu_after) / cpu_per_block);
+      cost += kStrandWeight * (stranded_after - stranded_before);
+    }
   }
   // Tie-breakers, small against any difference in usable capacity: tightest fit, then busy nodes.
   double leftover = 0;
   for (const PartUse& use : c.uses) leftover += state.partition(use.partition).free_blocks - use.blocks;
-  cost += 1e-3 * (leftover + 100.0 * c.whole_gpus_opened + 50.0 * c.mig_change);
-  if (node.allocations == 0) cost += 0.5;
+  cost += kTightFitWeight * (leftover + 100.0 * c.whole_gpus_opened + 50.0 * c.mig_change);
+  if (node.allocations == 0) cost += kIdleNodePenalty;
   return cost;
 }
 

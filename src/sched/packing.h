@@ -35,9 +35,12 @@ class PlacementScorer {
 // that is free but that m cannot use. A place costs the expected capacity it makes unusable:
 //     cost = sum_m w_m * (usable_m(node before) - usable_m(node after))
 // This is the fragmentation gradient of FGD (Weng et al., ATC'23), measured with the request counts
-// a node can actually hold, host CPU included, instead of FGD's per-GPU test, so a job that would
-// strand GPUs behind a used-up CPU pays for it. Ties go to the tightest fit, then to busy nodes (an
-// idle node stays idle for power-down and whole for gangs).
+// a node can actually hold, host CPU included, instead of FGD's per-GPU test. One more term prices
+// the mix rather than one shape at a time: GPU capacity a node's free CPU cannot feed at the arrived
+// GPU jobs' average CPU per block is stranded; a place that strands more pays twice for it. So a
+// CPU-only job goes where CPU is plentiful, and a CPU-hungry one does not starve a node's GPUs.
+// Ties go to the tightest fit, then to busy nodes (an idle node stays idle for power-down and whole
+// for gangs).
 class PackingScorer final : public PlacementScorer {
  public:
   // `profile` may be null or empty: then only the tie-breakers decide (tightest fit, busy nodes).

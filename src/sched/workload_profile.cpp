@@ -40,6 +40,10 @@ void WorkloadProfile::add(const JobShape& shape) {
     --i;
   }
   ++total_;
+  if (shape.total_blocks() > 0) {
+    cpu_of_gpu_jobs_ += static_cast<double>(shape.cpu_milli);
+    gpu_blocks_ += shape.total_blocks();
+  }
   dirty_ = true;
 }
 

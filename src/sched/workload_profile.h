@@ -24,6 +24,8 @@ class WorkloadProfile {
 
   void add(const JobShape& shape);
   uint64_t jobs() const { return total_; }
+  // Host CPU (milli) that GPU jobs ask per 1% block, on average over the arrived GPU jobs; 0 before any.
+  double cpu_per_block() const { return gpu_blocks_ ? cpu_of_gpu_jobs_ / gpu_blocks_ : 0; }
   // The typical shapes in a fixed order of their keys; a pure function of the counts so far.
   const std::vector<TypicalShape>& typical() const;
   // Grows when the set of typical shapes changes (not their weights): caches of per-shape values
@@ -46,6 +48,7 @@ class WorkloadProfile {
   std::vector<Entry> ranked_;  // always sorted by before()
   std::unordered_map<JobShape, size_t, Hash> position_;
   uint64_t total_ = 0;
+  double cpu_of_gpu_jobs_ = 0, gpu_blocks_ = 0;
   mutable bool dirty_ = false;
   mutable uint64_t version_ = 0;
   mutable std::vector<TypicalShape> typical_;
