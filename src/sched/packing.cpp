@@ -8,22 +8,38 @@ namespace {
 
 constexpr int32_t kUnbounded = std::numeric_limits<int32_t>::max();
 
-int32_t host_slots(const JobShape& m, int64_t cpu_free) {
-  if (m.cpu_milli <= 0) return kUnbounded;
-  return cpu_free < 0 ? 0 : static_cast<int32_t>(std::min<int64_t>(cpu_free / m.cpu_milli, kUnbounded));
+// floor(a / b) for 0 <= a, b <= 100: the scorer's inner loop divides block counts all the time.
+struct SmallQuotients {
+  uint8_t q[model::kBlocksPerGpu + 1][model::kBlocksPerGpu + 1];
+  constexpr SmallQuotients() : q() {
+    for (int a = 0; a <= model::kBlocksPerGpu; ++a) {
+      for (int b = 1; b <= model::kBlocksPerGpu; ++b) q[a][b] = static_cast<uint8_t>(a / b);
+    }
+  }
+};
+constexpr SmallQuotients kQuotients;
+
+// floor(cpu_free / cpu) through a reciprocal (exact after the correction): no 64-bit division.
+int32_t host_slots(int64_t cpu, double inverse, int64_t cpu_free) {
+  if (cpu <= 0) return kUnbounded;
+  if (cpu_free <= 0) return 0;
+  auto q = static_cast<int64_t>(static_cast<double>(cpu_free) * inverse);
+  while (q * cpu > cpu_free) --q;
+  while ((q + 1) * cpu <= cpu_free) ++q;
+  return static_cast<int32_t>(std::min<int64_t>(q, kUnbounded));
 }
 
 }  // namespace
 
-int32_t PackingScorer::partition_slots(const ClusterState& state, const PartitionState& p, const JobShape& m,
-                                       int free_blocks, int64_t free_mem) {
+int32_t PackingScorer::partition_slots(const PartitionState& p, const JobShape& m, int free_blocks,
+                                       int64_t free_mem) {
   if (!model::mask_allows(m.models, p.model)) return 0;
   switch (m.kind) {
     case model::SliceKind::kBlocks: {
       if (p.exclusive || free_blocks <= 0) return 0;
-      int32_t slots = free_blocks / m.blocks;
-      int64_t mem_each = m.vram_mib >= 0 ? m.vram_mib : state.default_mem(p, m.blocks);
-      if (mem_each > 0) slots = static_cast<int32_t>(std::min<int64_t>(slots, free_mem / mem_each));
+      int32_t slots = kQuotients.q[std::min(free_blocks, model::kBlocksPerGpu)][m.blocks];
+      // A block's default VRAM is its share of the partition, so only an own quota can bind first.
+      if (m.vram_mib > 0) slots = static_cast<int32_t>(std::min<int64_t>(slots, std::max<int64_t>(free_mem, 0) / m.vram_mib));
       return slots;
     }
     case model::SliceKind::kWhole:
@@ -49,7 +65,7 @@ const std::vector<int32_t>& PackingScorer::gpu_slots(const ClusterState& state, 
     auto count = [&](uint32_t p) {
       const PartitionState& part = state.partition(p);
       for (size_t m = 0; m < typical.size(); ++m) {
-        c.gpu_slots[m] += partition_slots(state, part, typical[m].shape, part.free_blocks, part.free_mem);
+        c.gpu_slots[m] += partition_slots(part, typical[m].shape, part.free_blocks, part.free_mem);
       }
     };
     if (gpu.whole != kNone) count(gpu.whole);
@@ -71,23 +87,30 @@ double PackingScorer::cost(const ClusterState& state, const JobShape& shape, con
   double cost = 0;
   if (profile_ && !profile_->typical().empty()) {
     const auto& typical = profile_->typical();
+    if (inverse_cpu_version_ != profile_->version()) {
+      inverse_cpu_.clear();
+      for (const auto& t : typical) inverse_cpu_.push_back(t.shape.cpu_milli > 0 ? 1.0 / t.shape.cpu_milli : 0.0);
+      inverse_cpu_version_ = profile_->version();
+    }
     const auto& slots = gpu_slots(state, c.node);
     int64_t cpu_after = node.cpu_free - c.cpu;
+    bool exclusive_after = shape.kind == model::SliceKind::kMig;
     for (size_t m = 0; m < typical.size(); ++m) {
       const JobShape& t = typical[m].shape;
-      if (t.kind == model::SliceKind::kNone) continue;
+      if (t.kind == model::SliceKind::kNone || (t.models != 0 && (t.models & node.models) == 0)) continue;
       int32_t gpu_before = slots[m], gpu_after = gpu_before;
       for (const PartUse& use : c.uses) {
         const PartitionState& p = state.partition(use.partition);
-        bool exclusive_after = shape.kind == model::SliceKind::kMig;
-        gpu_after -= partition_slots(state, p, t, p.free_blocks, p.free_mem);
-        if (!exclusive_after) gpu_after += partition_slots(state, p, t, p.free_blocks - use.blocks, p.free_mem - use.mem);
+        gpu_after -= partition_slots(p, t, p.free_blocks, p.free_mem);
+        if (!exclusive_after) gpu_after += partition_slots(p, t, p.free_blocks - use.blocks, p.free_mem - use.mem);
       }
       if (c.mig_change == 2 && t.kind == model::SliceKind::kWhole) gpu_after -= 1;
       int per_gpu_count = t.kind == model::SliceKind::kWhole ? t.gpu_count : 1;
-      int32_t before = std::min(gpu_before / per_gpu_count, host_slots(t, node.cpu_free));
-      int32_t after = std::min(std::max(gpu_after, 0) / per_gpu_count, host_slots(t, cpu_after));
-      cost += typical[m].weight * static_cast<double>(before - after) * t.total_blocks();
+      int32_t host_before = host_slots(t.cpu_milli, inverse_cpu_[m], node.cpu_free);
+      int32_t host_after = c.cpu == 0 ? host_before : host_slots(t.cpu_milli, inverse_cpu_[m], cpu_after);
+      int32_t before = std::min(gpu_before / per_gpu_count, host_before);
+      int32_t after = std::min(std::max(gpu_after, 0) / per_gpu_count, host_after);
+      if (before != after) cost += typical[m].weight * static_cast<double>(before - after) * t.total_blocks();
     }
     // GPU capacity the node's CPU cannot feed at the arrived jobs' CPU per block.
     if (double cpu_per_block = profile_->cpu_per_block(); cpu_per_block > 0) {

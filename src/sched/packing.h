@@ -55,11 +55,12 @@ class PackingScorer final : public PlacementScorer {
     std::vector<int32_t> gpu_slots;
   };
   const std::vector<int32_t>& gpu_slots(const ClusterState& state, uint32_t node) const;
-  static int32_t partition_slots(const ClusterState& state, const PartitionState& p, const JobShape& m, int free_blocks,
-                                 int64_t free_mem);
+  static int32_t partition_slots(const PartitionState& p, const JobShape& m, int free_blocks, int64_t free_mem);
 
   const WorkloadProfile* profile_;
   mutable std::vector<NodeSlots> cache_;
+  mutable std::vector<double> inverse_cpu_;  // 1 / cpu of each typical shape
+  mutable uint64_t inverse_cpu_version_ = UINT64_MAX;
 };
 
 }  // namespace cnlab::sched

@@ -28,17 +28,9 @@ bool WorkloadProfile::before(const Entry& a, const Entry& b) {
 void WorkloadProfile::add(const JobShape& shape) {
   JobShape k = shape;
   k.memory_mib = 0;
-  auto [it, added] = position_.try_emplace(k, ranked_.size());
-  if (added) ranked_.push_back({k, 0});
-  size_t i = it->second;
-  ++ranked_[i].count;
-  // One more job moves an entry up past the entries it now outranks (one insertion-sort step).
-  while (i > 0 && before(ranked_[i], ranked_[i - 1])) {
-    std::swap(ranked_[i], ranked_[i - 1]);
-    position_[ranked_[i].shape] = i;
-    position_[ranked_[i - 1].shape] = i - 1;
-    --i;
-  }
+  auto [it, added] = index_.try_emplace(k, entries_.size());
+  if (added) entries_.push_back({k, 0});
+  ++entries_[it->second].count;
   ++total_;
   if (shape.total_blocks() > 0) {
     cpu_of_gpu_jobs_ += static_cast<double>(shape.cpu_milli);
@@ -50,10 +42,12 @@ void WorkloadProfile::add(const JobShape& shape) {
 const std::vector<TypicalShape>& WorkloadProfile::typical() const {
   if (!dirty_) return typical_;
   dirty_ = false;
+  std::vector<Entry> ranked = entries_;
+  std::sort(ranked.begin(), ranked.end(), before);
   std::vector<TypicalShape> next;
   uint64_t covered = 0;
-  for (const Entry& e : ranked_) {
-    if (static_cast<double>(covered) >= kCoverage * static_cast<double>(total_)) break;
+  for (const Entry& e : ranked) {
+    if (static_cast<double>(covered) >= kCoverage * static_cast<double>(total_) || next.size() == kMaxTypical) break;
     next.push_back({e.shape, static_cast<double>(e.count)});
     covered += e.count;
   }

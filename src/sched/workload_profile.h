@@ -21,6 +21,8 @@ class WorkloadProfile {
   // The typical shapes are the most common ones that together cover this share of the jobs (as FGD
   // chooses its typical pods).
   static constexpr double kCoverage = 0.95;
+  // ...but no more than this many, so scoring stays cheap on workloads of many distinct shapes.
+  static constexpr size_t kMaxTypical = 32;
 
   void add(const JobShape& shape);
   uint64_t jobs() const { return total_; }
@@ -45,8 +47,8 @@ class WorkloadProfile {
   };
   static bool before(const Entry& a, const Entry& b);  // more common first, then by key
 
-  std::vector<Entry> ranked_;  // always sorted by before()
-  std::unordered_map<JobShape, size_t, Hash> position_;
+  std::vector<Entry> entries_;  // in order of first arrival
+  std::unordered_map<JobShape, size_t, Hash> index_;
   uint64_t total_ = 0;
   double cpu_of_gpu_jobs_ = 0, gpu_blocks_ = 0;
   mutable bool dirty_ = false;
