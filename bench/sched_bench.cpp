@@ -39,20 +39,32 @@ void BM_Cycle(benchmark::State& state) {
 BENCHMARK(BM_Cycle)->ArgName("nodes")->Arg(100)->Arg(250)->Arg(500)->Arg(1000)->Arg(2000)->Arg(4000)
     ->Unit(benchmark::kMillisecond)->UseRealTime();
 
-// Sustained placement: an empty 4,000-node cluster and 100,000 block-slice jobs that all fit.
-void BM_SustainedPlacement(benchmark::State& state) {
-  static const sched::Snapshot s = empty_cluster_with_fitting_jobs(static_cast<int>(state.range(0)), 100000, 7);
+// Sustained placement: an empty 4,000-node cluster and a queue of pending jobs, placed in one cycle
+// (block slices only: 100,000 jobs; the full mix with gangs: 25,000 jobs, about 90% of the GPUs).
+void sustained(benchmark::State& state, const sched::Snapshot& s) {
   size_t placed = 0;
   for (auto _ : state) {
     auto r = sched::run_cycle(s, {});
     placed = r.placements.size();
     benchmark::DoNotOptimize(r);
   }
+  state.counters["jobs"] = static_cast<double>(s.jobs.size());
   state.counters["placed"] = static_cast<double>(placed);
   state.counters["jobs_per_s"] =
       benchmark::Counter(static_cast<double>(placed) * state.iterations(), benchmark::Counter::kIsRate);
 }
+
+void BM_SustainedPlacement(benchmark::State& state) {
+  static const sched::Snapshot s = empty_cluster_with_pending_jobs(static_cast<int>(state.range(0)), 100000, true, 7);
+  sustained(state, s);
+}
 BENCHMARK(BM_SustainedPlacement)->ArgName("nodes")->Arg(4000)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_SustainedPlacementMixed(benchmark::State& state) {
+  static const sched::Snapshot s = empty_cluster_with_pending_jobs(static_cast<int>(state.range(0)), 25000, false, 7);
+  sustained(state, s);
+}
+BENCHMARK(BM_SustainedPlacementMixed)->ArgName("nodes")->Arg(4000)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 }  // namespace cnlab::bench

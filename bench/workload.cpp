@@ -90,12 +90,12 @@ sched::Snapshot loaded_cluster(const WorkloadSpec& spec) {
   return s;
 }
 
-sched::Snapshot empty_cluster_with_fitting_jobs(int nodes, int jobs, uint64_t seed) {
+sched::Snapshot empty_cluster_with_pending_jobs(int nodes, int jobs, bool blocks_only, uint64_t seed) {
   std::mt19937_64 rng(seed);
   sched::Snapshot s;
   s.now = kStart;
   s.nodes = make_nodes(nodes, rng);
-  for (int i = 0; i < jobs; ++i) s.jobs.push_back(make_job(i, rng, true));
+  for (int i = 0; i < jobs; ++i) s.jobs.push_back(make_job(i, rng, blocks_only));
   return s;
 }
 

@@ -20,7 +20,8 @@ struct WorkloadSpec {
 // jobs are then running, the rest pending, and the clock moves one minute on.
 sched::Snapshot loaded_cluster(const WorkloadSpec& spec);
 
-// The same cluster, empty, with `jobs` pending jobs that all fit (for sustained placement).
-sched::Snapshot empty_cluster_with_fitting_jobs(int nodes, int jobs, uint64_t seed);
+// The same cluster, empty, with `jobs` pending jobs (for sustained placement): block slices only
+// when `blocks_only`, else the full mix (whole GPUs, gangs, MIG instances too).
+sched::Snapshot empty_cluster_with_pending_jobs(int nodes, int jobs, bool blocks_only, uint64_t seed);
 
 }  // namespace cnlab::bench
