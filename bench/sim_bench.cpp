@@ -1,5 +1,5 @@
 // One run of the allocation experiment (default openb workload, seed 42, ~11k pods on 1,213 nodes)
-// per baseline policy. Latest numbers: docs/benchmarks/packing.md.
+// per policy (the six baselines and CNLab). Latest numbers: docs/benchmarks/packing.md.
 #include <benchmark/benchmark.h>
 
 #include <filesystem>
@@ -42,8 +42,9 @@ void BM_AllocRun(benchmark::State& state, const std::string& key) {
   }
   AllocCluster cluster = world()->cluster;
   int64_t pods = 0;
+  const PolicyRegistry registry = default_policies();
   for (auto _ : state) {
-    auto policy = make_baseline_policy(key, world()->workload.typical);
+    auto policy = registry.make(key, world()->workload);
     auto result = run_allocation(cluster, world()->workload, world()->plan, **policy, RunContext{"default", 42, 130});
     if (!result) {
       state.SkipWithError(result.error().to_string().c_str());
@@ -62,6 +63,7 @@ BENCHMARK_CAPTURE(BM_AllocRun, gpuclustering, std::string("gpuclustering"))->Uni
 BENCHMARK_CAPTURE(BM_AllocRun, gpupacking, std::string("gpupacking"))->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_AllocRun, bestfit, std::string("bestfit"))->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_AllocRun, fgd, std::string("fgd"))->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_AllocRun, cnlab, std::string("cnlab"))->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace cnlab::sim

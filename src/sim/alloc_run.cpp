@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <climits>
+
 #include "sim/alloc_measure.h"
 
 namespace cnlab::sim {
@@ -19,9 +22,16 @@ Result<RunResult> run_allocation(AllocCluster& cluster, const Workload& workload
   feasible.reserve(cluster.node_count());
   const auto node_count = static_cast<NodeIndex>(cluster.node_count());
 
+  Leftovers& left = result.leftovers;
+  left.capacity = cluster.gpu_capacity_total();
+  int32_t least_gpu_pod_cpu = INT32_MAX;
   for (uint32_t index : plan.order) {
     const Pod& pod = workload.pods[index];
     ++result.pods;
+    if (pod.num_gpu > 0) {
+      ++left.arrived_by_milli[pod.gpu_milli];
+      least_gpu_pod_cpu = std::min(least_gpu_pod_cpu, pod.cpu_milli);
+    }
     result.arrived_gpu_milli += pod.gpu_request();
     policy.on_arrival(pod);
     feasible.clear();
@@ -38,12 +48,26 @@ Result<RunResult> run_allocation(AllocCluster& cluster, const Workload& workload
       }
       policy.on_placed(pod, *choice);
       ++result.placed;
+      if (pod.num_gpu > 0) ++left.placed_by_milli[pod.gpu_milli];
     } else {
       ++result.failed;
     }
     recorder.record(result.arrived_gpu_milli, cluster.gpu_allocated_total());
   }
   result.allocated_gpu_milli = cluster.gpu_allocated_total();
+  for (NodeIndex n = 0; n < node_count; ++n) {
+    for (int16_t free : cluster.gpu_free(n)) {
+      if (free == 0) continue;
+      if (free < kGpuMilli) {
+        left.on_partly_used_gpus += free;
+        ++left.partly_used_gpus_by_free[free];
+      } else if (cluster.cpu_free(n) < least_gpu_pod_cpu) {
+        left.behind_used_up_cpu += free;
+      } else {
+        left.idle_elsewhere += free;
+      }
+    }
+  }
   result.curve = recorder.curve();
   return result;
 }

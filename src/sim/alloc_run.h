@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "common/common.h"
@@ -10,6 +11,18 @@
 #include "sim/alloc_workload.h"
 
 namespace cnlab::sim {
+
+// Where the GPU capacity left free at the end of a run sits, in milli, and which pod sizes came and
+// went: what explains a policy's allocation (leftovers.csv).
+struct Leftovers {
+  int64_t capacity = 0;             // the cluster's GPU milli
+  int64_t on_partly_used_gpus = 0;  // free milli on GPUs that hold a pod
+  int64_t behind_used_up_cpu = 0;   // idle GPUs on nodes with less free CPU than any GPU pod asked
+  int64_t idle_elsewhere = 0;       // idle GPUs on nodes that still have that much CPU
+  std::map<int, int64_t> partly_used_gpus_by_free;  // free milli -> GPUs holding a pod with that much free
+  std::map<int, int64_t> arrived_by_milli;          // per-GPU milli -> GPU pods that arrived
+  std::map<int, int64_t> placed_by_milli;           // per-GPU milli -> GPU pods placed
+};
 
 struct RunResult {
   // Allocated GPU capacity (% in hundredths) at arrived demand 0..tune_percent % (see
@@ -20,6 +33,7 @@ struct RunResult {
   int64_t failed = 0;  // pods that fit nowhere (or that the policy declined)
   int64_t arrived_gpu_milli = 0;
   int64_t allocated_gpu_milli = 0;
+  Leftovers leftovers;
 };
 
 // Places the pods of `plan.order` one at a time on `cluster` (emptied and given plan.ranks first):

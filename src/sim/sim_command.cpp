@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "sim/alloc_experiment.h"
+#include "sim/alloc_leftovers.h"
 #include "sim/alloc_report.h"
 #include "sim/openb_trace.h"
 #include "sim/progress_bar.h"
@@ -148,11 +149,12 @@ void run_alloc(const AllocFlags& given, const PolicyRegistry& registry, const st
   if (!result) fail(kInternalFailure, result.error());
 
   const std::filesystem::path out(flags.out);
-  const std::string summary = summary_markdown(*result, reference ? &*reference : nullptr);
+  const std::string summary = summary_markdown(*result, reference ? &*reference : nullptr) + leftovers_markdown(*result);
   const std::pair<std::string, std::string> files[] = {
       {(out / "allocation_curves.csv").string(), curves_csv(*result)},
       {(out / "allocation.svg").string(), allocation_svg(*result)},
       {(out / "summary.md").string(), summary},
+      {(out / "leftovers.csv").string(), leftovers_csv(*result)},
   };
   for (const auto& [path, text] : files) {
     if (auto written = write_text_file(path, text); !written) fail(kBadInput, written.error());
@@ -170,8 +172,8 @@ void run_alloc(const AllocFlags& given, const PolicyRegistry& registry, const st
     std::printf("%s %s %.3f, %.3f", p == 0 ? "" : ";", result->curves[p].policy.c_str(), sum / static_cast<double>(count), max);
   }
   std::printf("\n");
-  std::printf("\n%zu runs in %.1f s on %d thread(s); wrote %s, %s, %s\n", runs, result->wall_seconds, spec.threads,
-              files[0].first.c_str(), files[1].first.c_str(), files[2].first.c_str());
+  std::printf("\n%zu runs in %.1f s on %d thread(s); wrote %s, %s, %s, %s\n", runs, result->wall_seconds, spec.threads,
+              files[0].first.c_str(), files[1].first.c_str(), files[2].first.c_str(), files[3].first.c_str());
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "sim/alloc_leftovers.h"
 #include "sim/alloc_measure.h"
 #include "sim/alloc_run.h"
 
@@ -187,6 +188,48 @@ TEST(AllocExperiment, UnknownPolicyKeyFailsBeforeAnyRun) {
   auto result = run_experiment(f.cluster, spec, PolicyRegistry::with_baselines());
   ASSERT_FALSE(result);
   EXPECT_EQ(result.error().value, "tetris");
+}
+
+}  // namespace
+}  // namespace cnlab::sim
+
+namespace cnlab::sim {
+namespace {
+
+TEST(AllocLeftovers, FreeCapacityIsAccountedForExactlyOnce) {
+  Fixture f = small_world();
+  RunPlan plan = make_run_plan(f.workload.pods, f.cluster.node_count(), f.cluster.gpu_capacity_total(), 5, 130);
+  auto policy = make_baseline_policy("bestfit", f.workload.typical);
+  ASSERT_TRUE(policy);
+  AllocCluster cluster = f.cluster;
+  auto r = run_allocation(cluster, f.workload, plan, **policy, RunContext{"small", 5, 130});
+  ASSERT_TRUE(r) << r.error().to_string();
+  const Leftovers& l = r->leftovers;
+  EXPECT_EQ(l.capacity, f.cluster.gpu_capacity_total());
+  EXPECT_EQ(r->allocated_gpu_milli + l.on_partly_used_gpus + l.behind_used_up_cpu + l.idle_elsewhere, l.capacity);
+  int64_t partly = 0, gpus = 0;
+  for (const auto& [free, count] : l.partly_used_gpus_by_free) {
+    EXPECT_GT(free, 0);
+    EXPECT_LT(free, kGpuMilli);
+    partly += free * count;
+    gpus += count;
+  }
+  EXPECT_EQ(partly, l.on_partly_used_gpus);
+  EXPECT_GT(gpus, 0) << "the fixture leaves some GPU partly used";
+  for (const auto& [milli, placed] : l.placed_by_milli) EXPECT_LE(placed, l.arrived_by_milli.at(milli));
+}
+
+TEST(AllocLeftovers, CsvAndMarkdownReportTheMeans) {
+  Fixture f = small_world();
+  ExperimentSpec spec = spec_for(f, 1);
+  spec.policies = {"bestfit"};
+  auto result = run_experiment(f.cluster, spec, PolicyRegistry::with_baselines());
+  ASSERT_TRUE(result);
+  std::string csv = leftovers_csv(*result);
+  EXPECT_EQ(csv.rfind("workload,policy,seeds,measure,key,mean\n", 0), 0u);
+  EXPECT_NE(csv.find("small,BestFit,3,free_on_partly_used_gpus,,"), std::string::npos);
+  EXPECT_NE(csv.find("small,BestFit,3,placed_by_milli,1000,"), std::string::npos);
+  EXPECT_NE(leftovers_markdown(*result).find("| BestFit |"), std::string::npos);
 }
 
 }  // namespace
