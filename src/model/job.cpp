@@ -152,28 +152,15 @@ Json to_json(const Job& job) {
 }
 
 Result<Job> job_from_json(const Json& json) {
-  JsonReader root(json, "");
-  root.only({"kind", "metadata", "spec", "status"});
-  if (std::string kind = root.string_or("kind", "Job"); kind != "Job") {
-    root.fail(Error::invalid_argument("kind", kind, "expected \"Job\""));
-  }
+  auto parts = read_object(json, "Job");
+  if (!parts) return parts.error();
+  if (!parts->has_spec) return Error::invalid_argument("spec", "", "required field is missing");
   Job job;
-  const Json empty = Json::object();
-  const Json* metadata = root.object("metadata");
-  if (!metadata && root.status()) root.fail(Error::invalid_argument("metadata", "", "required field is missing"));
-  const Json* spec = root.object("spec");
-  if (!spec && root.status()) root.fail(Error::invalid_argument("spec", "", "required field is missing"));
-  if (!root.status()) return root.status().error();
-
-  JsonReader meta(*metadata, "metadata");
-  meta.only({"name", "uid", "labels", "revision"});
-  job.meta = read_meta(meta);
-  if (!meta.status()) return meta.status().error();
-  JsonReader spec_reader(*spec, "spec");
+  job.meta = std::move(parts->meta);
+  JsonReader spec_reader(*parts->spec, "spec");
   job.spec = read_spec(spec_reader);
   if (!spec_reader.status()) return spec_reader.status().error();
-  const Json* status = root.object("status");
-  JsonReader status_reader(status ? *status : empty, "status");
+  JsonReader status_reader(*parts->status, "status");
   job.status = read_status(status_reader);
   if (!status_reader.status()) return status_reader.status().error();
   return job;

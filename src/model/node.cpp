@@ -110,30 +110,17 @@ Json to_json(const Node& node) {
 }
 
 Result<Node> node_from_json(const Json& json) {
-  JsonReader root(json, "");
-  root.only({"kind", "metadata", "spec", "status"});
-  if (std::string kind = root.string_or("kind", "Node"); kind != "Node") {
-    root.fail(Error::invalid_argument("kind", kind, "expected \"Node\""));
-  }
-  const Json empty = Json::object();
-  const Json* metadata = root.object("metadata");
-  if (!metadata && root.status()) root.fail(Error::invalid_argument("metadata", "", "required field is missing"));
-  const Json* spec = root.object("spec");
-  const Json* status = root.object("status");
-  if (!root.status()) return root.status().error();
-
+  auto parts = read_object(json, "Node");
+  if (!parts) return parts.error();
   Node node;
-  JsonReader meta(*metadata, "metadata");
-  meta.only({"name", "uid", "labels", "revision"});
-  node.meta = read_meta(meta);
-  if (!meta.status()) return meta.status().error();
+  node.meta = std::move(parts->meta);
 
-  JsonReader s(spec ? *spec : empty, "spec");
+  JsonReader s(*parts->spec, "spec");
   s.only({"unschedulable"});
   node.unschedulable = s.boolean_or("unschedulable", false);
   if (!s.status()) return s.status().error();
 
-  JsonReader st(status ? *status : empty, "status");
+  JsonReader st(*parts->status, "status");
   st.only({"phase", "cpu_milli", "memory_mib", "simulated", "gpus", "idle_since", "last_heartbeat"});
   std::string phase = st.string_or("phase", "Ready");
   bool known = false;

@@ -1,5 +1,7 @@
 #include "model/object_meta.h"
 
+#include <fmt/format.h>
+
 #include <cctype>
 
 namespace cnlab::model {
@@ -22,6 +24,8 @@ Json to_json(const ObjectMeta& meta) {
   return j;
 }
 
+namespace {
+
 ObjectMeta read_meta(JsonReader& metadata) {
   ObjectMeta meta;
   meta.name = metadata.string("name");
@@ -40,6 +44,31 @@ ObjectMeta read_meta(JsonReader& metadata) {
     }
   }
   return meta;
+}
+
+}  // namespace
+
+Result<ObjectParts> read_object(const Json& json, std::string_view kind) {
+  static const Json kEmpty = Json::object();
+  JsonReader root(json, "");
+  root.only({"kind", "metadata", "spec", "status"});
+  if (std::string given = root.string_or("kind", std::string(kind)); given != kind) {
+    root.fail(Error::invalid_argument("kind", given, fmt::format("expected \"{}\"", kind)));
+  }
+  const Json* metadata = root.object("metadata");
+  if (!metadata && root.status()) root.fail(Error::invalid_argument("metadata", "", "required field is missing"));
+  ObjectParts parts;
+  parts.spec = root.object("spec");
+  parts.status = root.object("status");
+  if (!root.status()) return root.status().error();
+  parts.has_spec = parts.spec != nullptr;
+  if (!parts.spec) parts.spec = &kEmpty;
+  if (!parts.status) parts.status = &kEmpty;
+  JsonReader meta(*metadata, "metadata");
+  meta.only({"name", "uid", "labels", "revision"});
+  parts.meta = read_meta(meta);
+  if (!meta.status()) return meta.status().error();
+  return parts;
 }
 
 }  // namespace cnlab::model

@@ -25,7 +25,15 @@ struct ObjectMeta {
 Status validate_name(std::string_view name, std::string_view field);
 
 Json to_json(const ObjectMeta& meta);
-// Reads the common fields; the caller checks for unknown ones with JsonReader::only.
-ObjectMeta read_meta(JsonReader& metadata);
+// An API object's JSON split into its parts: {"kind", "metadata", "spec", "status"}. The kind must
+// be `kind` (or absent), metadata is required and decoded, no other top-level member is allowed;
+// `spec` and `status` point to an empty object when absent (`has_spec` tells which).
+struct ObjectParts {
+  ObjectMeta meta;
+  const Json* spec = nullptr;
+  const Json* status = nullptr;
+  bool has_spec = false;
+};
+Result<ObjectParts> read_object(const Json& json, std::string_view kind);
 
 }  // namespace cnlab::model

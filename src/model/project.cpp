@@ -9,24 +9,15 @@ Json to_json(const Project& project) {
 }
 
 Result<Project> project_from_json(const Json& json) {
-  JsonReader root(json, "");
-  root.only({"kind", "metadata", "spec"});
-  if (std::string kind = root.string_or("kind", "Project"); kind != "Project") {
-    root.fail(Error::invalid_argument("kind", kind, "expected \"Project\""));
+  auto parts = read_object(json, "Project");
+  if (!parts) return parts.error();
+  if (parts->status != nullptr && !parts->status->empty()) {
+    return Error::invalid_argument("status", parts->status->dump(), "a Project has no status");
   }
-  const Json empty = Json::object();
-  const Json* metadata = root.object("metadata");
-  if (!metadata && root.status()) root.fail(Error::invalid_argument("metadata", "", "required field is missing"));
-  const Json* spec = root.object("spec");
-  if (!root.status()) return root.status().error();
-
   Project project;
-  JsonReader meta(*metadata, "metadata");
-  meta.only({"name", "uid", "labels", "revision"});
-  project.meta = read_meta(meta);
-  if (!meta.status()) return meta.status().error();
+  project.meta = std::move(parts->meta);
 
-  JsonReader s(spec ? *spec : empty, "spec");
+  JsonReader s(*parts->spec, "spec");
   s.only({"share", "user_shares"});
   project.share = s.number_or("share", 1.0, 1e-6, 1e6);
   if (const Json* users = s.object("user_shares")) {
