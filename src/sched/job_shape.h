@@ -33,4 +33,15 @@ struct JobShape {
   bool operator==(const JobShape&) const = default;
 };
 
+struct JobShapeHash {
+  size_t operator()(const JobShape& s) const {
+    size_t h = static_cast<size_t>(s.kind) * 0x9E3779B97F4A7C15ull;
+    for (int64_t v : {int64_t{s.models}, int64_t{s.blocks}, int64_t{s.gpu_count}, int64_t{s.mig_profile}, s.vram_mib,
+                      s.cpu_milli, s.memory_mib}) {
+      h = (h ^ static_cast<size_t>(v)) * 0x100000001B3ull;  // FNV-1a style, over whole fields
+    }
+    return h;
+  }
+};
+
 }  // namespace cnlab::sched

@@ -63,16 +63,6 @@ class Cycle {
     uint32_t reason;
     Time from_end;  // jobs of the shape that would end at or after this fail too
   };
-  struct ShapeHash {
-    size_t operator()(const JobShape& s) const {
-      size_t h = static_cast<size_t>(s.kind) * 0x9E3779B97F4A7C15ull;
-      for (int64_t v : {int64_t{s.models}, int64_t{s.blocks}, int64_t{s.gpu_count}, int64_t{s.mig_profile}, s.vram_mib,
-                        s.cpu_milli, s.memory_mib}) {
-        h = (h ^ static_cast<size_t>(v)) * 0x100000001B3ull;
-      }
-      return h;
-    }
-  };
 
   // --- Setup -------------------------------------------------------------------------------
 
@@ -426,8 +416,8 @@ class Cycle {
   std::unordered_map<std::pair<uint32_t, std::string_view>, uint32_t, UserKeyHash> user_ids_;
   std::vector<std::pair<uint32_t, std::string_view>> users_;  // (project id, user name)
   std::vector<double> held_blocks_, held_user_blocks_;
-  std::unordered_map<JobShape, Failure, ShapeHash> failures_;
-  std::unordered_map<JobShape, std::vector<JobShape>, ShapeHash> failure_families_;
+  std::unordered_map<JobShape, Failure, JobShapeHash> failures_;
+  std::unordered_map<JobShape, std::vector<JobShape>, JobShapeHash> failure_families_;
   std::vector<std::pair<JobShape, int>> preemption_failures_;
   std::unordered_map<std::string, uint32_t> reason_ids_;
   std::vector<JobIndex> blocked_behind_;

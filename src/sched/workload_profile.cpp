@@ -12,15 +12,6 @@ auto key(const JobShape& s) {
 
 }  // namespace
 
-size_t WorkloadProfile::Hash::operator()(const JobShape& s) const {
-  size_t h = static_cast<size_t>(s.kind) * 0x9E3779B97F4A7C15ull;
-  for (int64_t v : {int64_t{s.models}, int64_t{s.blocks}, int64_t{s.gpu_count}, int64_t{s.mig_profile}, s.vram_mib,
-                    s.cpu_milli}) {
-    h = (h ^ static_cast<size_t>(v)) * 0x100000001B3ull;
-  }
-  return h;
-}
-
 bool WorkloadProfile::before(const Entry& a, const Entry& b) {
   return a.count != b.count ? a.count > b.count : key(a.shape) < key(b.shape);
 }

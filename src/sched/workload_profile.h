@@ -42,13 +42,10 @@ class WorkloadProfile {
     JobShape shape;
     uint64_t count = 0;
   };
-  struct Hash {
-    size_t operator()(const JobShape& s) const;
-  };
   static bool before(const Entry& a, const Entry& b);  // more common first, then by key
 
   std::vector<Entry> entries_;  // in order of first arrival
-  std::unordered_map<JobShape, size_t, Hash> index_;
+  std::unordered_map<JobShape, size_t, JobShapeHash> index_;
   uint64_t total_ = 0;
   double cpu_of_gpu_jobs_ = 0, gpu_blocks_ = 0;
   mutable bool dirty_ = false;
