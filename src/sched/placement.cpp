@@ -13,12 +13,14 @@ struct PlacementSearch::Best {
   std::vector<PartUse> scratch;
 
   bool full() const { return feasible >= limit; }
-  // Keeps the candidate when it beats the best so far; the first of equal costs wins, so the
-  // search order (tightest bucket first) breaks ties deterministically.
-  void offer(double cost, PlannedNode&& node) {
+  // Counts a feasible candidate and keeps it when it beats the best so far (built only then). The
+  // first of equal costs wins, so the search order (tightest bucket, then index) breaks ties.
+  template <typename MakeNode>
+  void consider(double cost, MakeNode make_node) {
     ++feasible;
+    ++scored;
     if (plan && cost >= plan->cost) return;
-    plan = Plan{{std::move(node)}, cost};
+    plan = Plan{{make_node()}, cost};
   }
 };
 
@@ -47,30 +49,48 @@ model::ModelMask present_models(const ClusterState& state, model::ModelMask want
 
 }  // namespace
 
-void PlacementSearch::blocks(const JobShape& shape, Time now, Time end, uint32_t only_node, Best& best) const {
+// Whether a block slice of `shape` fits partition `p` now; fills `use` when it does.
+bool PlacementSearch::block_fits(const JobShape& shape, uint32_t p, Time now, Time end, Best& best, PartUse& use) const {
+  const PartitionState& part = state_.partition(p);
+  if (!host_fits(part.node, shape.cpu_milli, shape.memory_mib)) return false;
+  int64_t mem = shape.vram_mib >= 0 ? shape.vram_mib : state_.default_mem(part, shape.blocks);
+  if (part.free_mem < mem) return false;
+  use = PartUse{p, static_cast<int16_t>(shape.blocks), mem};
+  return calendar_allows(part.node, now, end, shape.cpu_milli, shape.memory_mib, {&use, 1}, best);
+}
+
+void PlacementSearch::score_block(const JobShape& shape, const PartUse& use, Best& best) const {
+  const PartitionState& part = state_.partition(use.partition);
+  CandidateView view{part.node, {&use, 1}, shape.cpu_milli, shape.memory_mib, part.empty() ? 1 : 0, 0};
+  best.consider(scorer_.cost(state_, shape, view),
+                [&] { return PlannedNode{part.node, shape.cpu_milli, shape.memory_mib, {use}}; });
+}
+
+void PlacementSearch::blocks(const JobShape& shape, Time now, Time end, Best& best) const {
   model::ModelMask models = present_models(state_, shape.models);
+  PartUse use;
   for (int b = shape.blocks; b <= model::kBlocksPerGpu && !best.full(); ++b) {
     for (model::ModelMask rest = models; rest != 0 && !best.full(); rest &= rest - 1) {
-      auto m = static_cast<model::ModelId>(__builtin_ctz(rest));
-      const IndexSet& bucket = state_.bucket(m, b);
+      const IndexSet& bucket = state_.bucket(static_cast<model::ModelId>(__builtin_ctz(rest)), b);
       for (uint32_t p = bucket.first(); p != IndexSet::kEnd && !best.full(); p = bucket.next(p + 1)) {
-        const PartitionState& part = state_.partition(p);
-        if (only_node != kNone && part.node != only_node) continue;
-        if (!host_fits(part.node, shape.cpu_milli, shape.memory_mib)) continue;
-        int64_t mem = shape.vram_mib >= 0 ? shape.vram_mib : state_.default_mem(part, shape.blocks);
-        if (part.free_mem < mem) continue;
-        PartUse use{p, static_cast<int16_t>(shape.blocks), mem};
-        if (!calendar_allows(part.node, now, end, shape.cpu_milli, shape.memory_mib, {&use, 1}, best)) continue;
-        CandidateView view{part.node, {&use, 1}, shape.cpu_milli, shape.memory_mib, part.empty() ? 1 : 0, 0};
-        ++best.scored;
-        double cost = scorer_.cost(state_, shape, view);
-        if (!best.plan || cost < best.plan->cost) {
-          best.offer(cost, PlannedNode{part.node, shape.cpu_milli, shape.memory_mib, {use}});
-        } else {
-          ++best.feasible;
-        }
+        if (block_fits(shape, p, now, end, best, use)) score_block(shape, use, best);
       }
     }
+  }
+}
+
+void PlacementSearch::blocks_on_node(const JobShape& shape, uint32_t node, Time now, Time end, Best& best) const {
+  const NodeState& n = state_.node(node);
+  PartUse use;
+  auto consider = [&](uint32_t p) {
+    const PartitionState& part = state_.partition(p);
+    if (part.indexed_at < shape.blocks || !model::mask_allows(shape.models, part.model)) return;
+    if (block_fits(shape, p, now, end, best, use)) score_block(shape, use, best);
+  };
+  for (uint32_t g = n.gpu_begin; g < n.gpu_end; ++g) {
+    const GpuState& gpu = state_.gpu(g);
+    if (gpu.whole != kNone) consider(gpu.whole);
+    else for (uint32_t p : state_.mig_gpu(gpu.mig).partitions) consider(p);
   }
 }
 
@@ -92,13 +112,8 @@ void PlacementSearch::whole_on_node(const JobShape& shape, uint32_t node, model:
   if (static_cast<int>(best.scratch.size()) < shape.gpu_count) return;
   if (!calendar_allows(node, now, end, shape.cpu_milli, shape.memory_mib, best.scratch, best)) return;
   CandidateView view{node, best.scratch, shape.cpu_milli, shape.memory_mib, shape.gpu_count, 0};
-  ++best.scored;
-  double cost = scorer_.cost(state_, shape, view);
-  if (!best.plan || cost < best.plan->cost) {
-    best.offer(cost, PlannedNode{node, shape.cpu_milli, shape.memory_mib, best.scratch});
-  } else {
-    ++best.feasible;
-  }
+  best.consider(scorer_.cost(state_, shape, view),
+                [&] { return PlannedNode{node, shape.cpu_milli, shape.memory_mib, best.scratch}; });
 }
 
 void PlacementSearch::whole_single(const JobShape& shape, Time now, Time end, Best& best) const {
@@ -165,10 +180,7 @@ void PlacementSearch::mig(const JobShape& shape, Time now, Time end, uint32_t on
     if (!host_fits(node, shape.cpu_milli, shape.memory_mib)) return;
     if (!calendar_allows(node, now, end, shape.cpu_milli, shape.memory_mib, uses, best)) return;
     CandidateView view{node, uses, shape.cpu_milli, shape.memory_mib, 0, change};
-    ++best.scored;
-    double cost = scorer_.cost(state_, shape, view);
-    if (!best.plan || cost < best.plan->cost) best.offer(cost, PlannedNode(planned));
-    else ++best.feasible;
+    best.consider(scorer_.cost(state_, shape, view), [&] { return planned; });
   };
   // 1. An existing free instance of the profile; 2. a new instance in free slots.
   for (int pass = 0; pass < 2 && !best.full(); ++pass) {
@@ -221,10 +233,8 @@ void PlacementSearch::host_only(const JobShape& shape, Time now, Time end, uint3
     if (!state_.node(n).schedulable || !host_fits(n, shape.cpu_milli, shape.memory_mib)) continue;
     if (!calendar_allows(n, now, end, shape.cpu_milli, shape.memory_mib, {}, best)) continue;
     CandidateView view{n, {}, shape.cpu_milli, shape.memory_mib, 0, 0};
-    ++best.scored;
-    double cost = scorer_.cost(state_, shape, view);
-    if (!best.plan || cost < best.plan->cost) best.offer(cost, PlannedNode{n, shape.cpu_milli, shape.memory_mib, {}});
-    else ++best.feasible;
+    best.consider(scorer_.cost(state_, shape, view),
+                  [&] { return PlannedNode{n, shape.cpu_milli, shape.memory_mib, {}}; });
   }
 }
 
@@ -232,7 +242,7 @@ std::optional<Plan> PlacementSearch::find(const JobShape& shape, Time now, Time 
   Best best;
   best.limit = limits_.candidates;
   switch (shape.kind) {
-    case model::SliceKind::kBlocks: blocks(shape, now, end, kNone, best); break;
+    case model::SliceKind::kBlocks: blocks(shape, now, end, best); break;
     case model::SliceKind::kMig: mig(shape, now, end, kNone, best); break;
     case model::SliceKind::kNone: host_only(shape, now, end, kNone, best); break;
     case model::SliceKind::kWhole:
@@ -251,7 +261,7 @@ std::optional<Plan> PlacementSearch::find_on_node(const JobShape& shape, uint32_
   Best best;
   best.limit = limits_.candidates;
   switch (shape.kind) {
-    case model::SliceKind::kBlocks: blocks(shape, now, end, node, best); break;
+    case model::SliceKind::kBlocks: blocks_on_node(shape, node, now, end, best); break;
     case model::SliceKind::kMig: mig(shape, now, end, node, best); break;
     case model::SliceKind::kNone: host_only(shape, now, end, node, best); break;
     case model::SliceKind::kWhole: {

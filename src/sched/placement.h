@@ -50,7 +50,10 @@ class PlacementSearch {
 
  private:
   struct Best;
-  void blocks(const JobShape& shape, Time now, Time end, uint32_t only_node, Best& best) const;
+  bool block_fits(const JobShape& shape, uint32_t p, Time now, Time end, Best& best, PartUse& use) const;
+  void score_block(const JobShape& shape, const PartUse& use, Best& best) const;
+  void blocks(const JobShape& shape, Time now, Time end, Best& best) const;
+  void blocks_on_node(const JobShape& shape, uint32_t node, Time now, Time end, Best& best) const;
   void whole_on_node(const JobShape& shape, uint32_t node, model::ModelId model, Time now, Time end,
                      Best& best) const;
   void whole_single(const JobShape& shape, Time now, Time end, Best& best) const;
