@@ -156,7 +156,8 @@ std::string why_no_fit(const ClusterState& state, const Calendar& calendar, cons
   return needs;
 }
 
-std::string never_fits(const ClusterState& state, const std::vector<model::Node>& nodes, const JobShape& shape) {
+std::string never_fits(const ClusterState& state, const std::vector<model::Node>& nodes, const JobShape& shape,
+                       bool span_nodes) {
   std::string models = model::format_model_mask(shape.models);
   int total = best_over_models(state, shape.models, [&](model::ModelId m) { return state.total_gpus(m); });
   if (total == 0 && shape.kind != model::SliceKind::kNone) return fmt::format("can never fit: the cluster has no {} GPU", models);
@@ -166,6 +167,9 @@ std::string never_fits(const ClusterState& state, const std::vector<model::Node>
   int64_t cpu_per_node = shape.cpu_milli, mem_per_node = shape.memory_mib;
   if (shape.kind == model::SliceKind::kWhole) {
     int per_node = best_over_models(state, shape.models, [&](model::ModelId m) { return state.max_gpus_per_node(m); });
+    if (shape.gpu_count > per_node && !span_nodes) {
+      return fmt::format("can never fit: no node has {} {} GPUs, and gangs may not span nodes", shape.gpu_count, models);
+    }
     if (shape.gpu_count > per_node) {
       cpu_per_node = shape.cpu_milli * per_node / shape.gpu_count;
       mem_per_node = shape.memory_mib * per_node / shape.gpu_count;

@@ -18,7 +18,9 @@ std::string describe_shape(const JobShape& shape);
 std::string why_no_fit(const ClusterState& state, const Calendar& calendar, const Snapshot& snapshot,
                        const JobShape& shape, Time now, Time end);
 
-// Whether the shape could fit an empty cluster at all; the reason when it never can.
-std::string never_fits(const ClusterState& state, const std::vector<model::Node>& nodes, const JobShape& shape);
+// Whether the shape could fit an empty cluster at all; the reason when it never can (empty when it
+// can). `span_nodes`: whether gangs may take GPUs of several nodes.
+std::string never_fits(const ClusterState& state, const std::vector<model::Node>& nodes, const JobShape& shape,
+                       bool span_nodes);
 
 }  // namespace cnlab::sched

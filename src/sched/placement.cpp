@@ -247,7 +247,7 @@ std::optional<Plan> PlacementSearch::find(const JobShape& shape, Time now, Time 
     case model::SliceKind::kNone: host_only(shape, now, end, kNone, best); break;
     case model::SliceKind::kWhole:
       whole_single(shape, now, end, best);
-      if (!best.plan) whole_multi(shape, now, end, best);
+      if (!best.plan && limits_.span_nodes) whole_multi(shape, now, end, best);
       break;
   }
   if (stats) {

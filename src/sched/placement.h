@@ -10,6 +10,7 @@
 #include "sched/cluster_state.h"
 #include "sched/job_shape.h"
 #include "sched/packing.h"
+#include "sched/policy_config.h"
 
 namespace cnlab::sched {
 
@@ -31,6 +32,11 @@ struct Plan {
 struct SearchLimits {
   int candidates = 64;       // feasible places scored before the best is taken
   bool repartition = true;   // may turn an idle whole GPU into MIG
+  bool span_nodes = true;    // a gang larger than any node may take GPUs of several nodes
+
+  static SearchLimits of(const PolicyConfig& config) {
+    return {config.placement_candidates, config.repartition_idle_gpus, config.gangs_span_nodes};
+  }
 };
 
 class PlacementSearch {

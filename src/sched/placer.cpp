@@ -16,7 +16,7 @@ struct Placer::Impl {
         state(nodes),
         calendar(state.node_count()),
         scorer(&profile),
-        search(state, calendar, scorer, {config.placement_candidates, config.repartition_idle_gpus}) {}
+        search(state, calendar, scorer, SearchLimits::of(config)) {}
 
   std::vector<model::Node> nodes;
   PolicyConfig config;

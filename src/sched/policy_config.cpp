@@ -17,7 +17,8 @@ Result<PolicyConfig> policy_config_from_json(const Json& json) {
   PolicyConfig config;
   JsonReader r(json, "");
   r.only({"tiers", "fair_share_half_life", "deadline_urgency", "backfill", "reserve_top_jobs",
-          "max_reservations", "max_preemptors_per_cycle", "repartition_idle_gpus", "power_down_after", "placement_candidates"});
+          "max_reservations", "max_preemptors_per_cycle", "repartition_idle_gpus", "power_down_after", "placement_candidates",
+          "gangs_span_nodes"});
   if (const Json* tiers = r.array("tiers")) {
     config.tiers.clear();
     for (size_t i = 0; i < tiers->size(); ++i) {
@@ -53,6 +54,7 @@ Result<PolicyConfig> policy_config_from_json(const Json& json) {
   config.power_down_after = r.duration("power_down_after").value_or(config.power_down_after);
   config.placement_candidates =
       static_cast<int>(r.integer_or("placement_candidates", config.placement_candidates, 1, 1'000'000));
+  config.gangs_span_nodes = r.boolean_or("gangs_span_nodes", config.gangs_span_nodes);
   if (!r.status()) return r.status().error();
   return config;
 }
@@ -71,7 +73,8 @@ Json to_json(const PolicyConfig& config) {
           {"max_preemptors_per_cycle", config.max_preemptors_per_cycle},
           {"repartition_idle_gpus", config.repartition_idle_gpus},
           {"power_down_after", format_duration(config.power_down_after)},
-          {"placement_candidates", config.placement_candidates}};
+          {"placement_candidates", config.placement_candidates},
+          {"gangs_span_nodes", config.gangs_span_nodes}};
 }
 
 }  // namespace cnlab::sched

@@ -45,6 +45,9 @@ struct PolicyConfig {
   Duration power_down_after = 30 * kMinute;
   // Partitions (or nodes, for whole GPUs) scored per placement; more packs tighter, costs time.
   int placement_candidates = 64;
+  // Whether a gang larger than any node of its model may span nodes (off: such a job waits, as a
+  // Kubernetes pod, which lives on one node, would).
+  bool gangs_span_nodes = true;
 
   // Index of the tier named `name`, or -1.
   int tier_index(std::string_view name) const;

@@ -38,7 +38,7 @@ class Cycle {
         state_(snapshot.nodes),
         calendar_(state_.node_count()),
         scorer_(&profile_),
-        search_(state_, calendar_, scorer_, {config.placement_candidates, config.repartition_idle_gpus}),
+        search_(state_, calendar_, scorer_, SearchLimits::of(config)),
         victims_(jobs_, snapshot.now) {}
 
   CycleResult run() {
@@ -330,7 +330,7 @@ class Cycle {
   const Failure* remember_failure(const JobShape& shape, Time from_end) {
     auto [it, added] = failures_.try_emplace(shape, Failure{0, from_end});
     if (added) {
-      std::string never = never_fits(state_, snap_.nodes, shape);
+      std::string never = never_fits(state_, snap_.nodes, shape, config_.gangs_span_nodes);
       it->second.reason = intern_reason(never.empty() ? why_no_fit(state_, calendar_, snap_, shape, now_, from_end == Time::min() ? kNever : from_end) : never);
       failure_families_[family_of(shape)].push_back(shape);
     } else {

@@ -66,6 +66,15 @@ TEST(Placement, GangLargerThanANodeSpansWholeNodes) {
   for (const auto& n : p->nodes) EXPECT_NE(n.node, 2u) << "the partly used node is not needed";
 }
 
+TEST(Placement, GangsMayBeKeptOnOneNode) {
+  auto s = snapshot_of({gpu_node("a"), gpu_node("b")}, {pending_job("gang", "h100x16")});
+  PolicyConfig config;
+  config.gangs_span_nodes = false;
+  auto r = run_cycle(s, config);
+  EXPECT_FALSE(placed(r, 0));
+  EXPECT_THAT(r.reason_for(0), HasSubstr("no node has 16 h100 GPUs, and gangs may not span nodes"));
+}
+
 TEST(Placement, WholeGpuGoesToTheBusiestNodeThatFits) {
   auto s = snapshot_of({gpu_node("idle"), gpu_node("busy")},
                        {running_job("r", "h100x4", "busy", {whole_gpu(0), whole_gpu(1), whole_gpu(2), whole_gpu(3)}, kHour),

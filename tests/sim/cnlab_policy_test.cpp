@@ -68,7 +68,7 @@ TEST(CnlabPolicy, MakesTheSameDecisionsAsTheSchedulerOnTheSameSnapshot) {
     job.spec = CnlabPolicy::spec_of(pod, cluster);
     job.status.submitted_at = snapshot.now - Duration{1000 - i};
     snapshot.jobs.push_back(job);
-    sched::CycleResult cycle = sched::run_cycle(snapshot, {});
+    sched::CycleResult cycle = sched::run_cycle(snapshot, CnlabPolicy::scheduler_config());
     const sched::Placement* direct = nullptr;
     for (const auto& p : cycle.placements) {
       ASSERT_EQ(p.job, static_cast<sched::JobIndex>(i)) << "only the new pod can be placed";

@@ -15,7 +15,14 @@ namespace cnlab::sim {
 
 class CnlabPolicy : public AllocPolicy {
  public:
-  explicit CnlabPolicy(sched::PolicyConfig config = {}) : config_(std::move(config)) {}
+  CnlabPolicy() : config_(scheduler_config()) {}
+
+  // The production defaults, but for the experiment's rule that a pod's GPUs are on one node.
+  static sched::PolicyConfig scheduler_config() {
+    sched::PolicyConfig config;
+    config.gangs_span_nodes = false;
+    return config;
+  }
 
   std::string_view name() const override { return "CNLab"; }
   void reset(const AllocCluster& cluster, const RunContext& context) override;
