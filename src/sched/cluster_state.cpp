@@ -25,14 +25,19 @@ ClusterState::ClusterState(const std::vector<model::Node>& nodes) {
       gpus_.push_back({n, g.index, g.model, g.healthy, g.memory_mib, kNone, kNone});
       ++per_model[g.model];
       ++total_gpus_[g.model];
-      if (g.healthy) nodes_[n].models |= model::model_bit(g.model);
-      if (g.mig_enabled) {
-        // Layouts were validated when the node was decoded; an invalid one here is a caller bug.
-        auto layout = model::MigLayout::create(g.model, g.mig_instances);
-        CNLAB_CHECK_MSG(layout.has_value(), "invalid MIG layout on node " + src.meta.name);
+      auto layout = g.mig_enabled ? model::MigLayout::create(g.model, g.mig_instances) : model::MigLayout(g.model);
+      if (!layout) {
+        // Decoding refuses such layouts; a snapshot built in code may still hold one. The GPU is
+        // kept out of placement rather than trusted or fatal.
+        warnings_.push_back("node \"" + src.meta.name + "\" GPU " + std::to_string(g.index) +
+                            ": MIG layout refused, GPU not used: " + layout.error().to_string());
+        gpus_[gi].healthy = false;
+        gpus_[gi].whole = add_partition(gi, model::kBlocksPerGpu, g.memory_mib, -1, -1);
+        partitions_[gpus_[gi].whole].exclusive = true;
+      } else if (g.mig_enabled) {
         gpus_[gi].mig = static_cast<uint32_t>(mig_gpus_.size());
         mig_gpus_.push_back({*layout, {}});
-        if (node.schedulable && g.healthy) mig_gpus_by_model_[g.model].push_back(gi);
+        if (node.schedulable && gpus_[gi].healthy) mig_gpus_by_model_[g.model].push_back(gi);
         for (const auto& instance : g.mig_instances) {
           const auto& profile = model::gpu_model(g.model).mig_profiles[instance.profile];
           uint32_t p = add_partition(gi, profile.blocks(), profile.memory_mib, instance.start, instance.profile);
@@ -42,6 +47,7 @@ ClusterState::ClusterState(const std::vector<model::Node>& nodes) {
         gpus_[gi].whole = add_partition(gi, model::kBlocksPerGpu, g.memory_mib, -1, -1);
       }
       nodes_[n].blocks_total += model::kBlocksPerGpu;
+      if (gpus_[gi].healthy) nodes_[n].models |= model::model_bit(g.model);
     }
     nodes_[n].gpu_end = static_cast<uint32_t>(gpus_.size());
 

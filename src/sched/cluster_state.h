@@ -86,6 +86,9 @@ class ClusterState {
   // kept (running work may sit on them) but never offered to new work.
   explicit ClusterState(const std::vector<model::Node>& nodes);
 
+  // What was wrong with the nodes and worked around (a refused MIG layout keeps its GPU unused).
+  const std::vector<std::string>& warnings() const { return warnings_; }
+
   uint32_t node_count() const { return static_cast<uint32_t>(nodes_.size()); }
   const NodeState& node(uint32_t n) const { return nodes_[n]; }
   std::span<const GpuState> gpus() const { return gpus_; }
@@ -153,6 +156,7 @@ class ClusterState {
   void adjust_whole(uint32_t node, model::ModelId model, int delta);
   uint32_t node_model(uint32_t node, model::ModelId model) const;
 
+  std::vector<std::string> warnings_;
   std::vector<NodeState> nodes_;
   std::vector<GpuState> gpus_;
   std::vector<PartitionState> partitions_;

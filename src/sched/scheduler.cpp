@@ -42,6 +42,7 @@ class Cycle {
         victims_(jobs_, snapshot.now) {}
 
   CycleResult run() {
+    for (const std::string& w : state_.warnings()) warn(w);
     resolve_jobs();
     for (int tier = 0; tier < static_cast<int>(config_.tiers.size()); ++tier) {
       // 1. Deadline jobs about to miss their latest start, earliest first.

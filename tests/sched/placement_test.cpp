@@ -212,6 +212,17 @@ TEST(Placement, IdleNodesAreReportedForPowerDown) {
   EXPECT_EQ(reported, expected);
 }
 
+TEST(Placement, AMigLayoutNvidiaWouldRefuseKeepsItsGpuOutOfUse) {
+  auto node = gpu_node("a", "h100", 2);
+  node.gpus[0].mig_enabled = true;
+  node.gpus[0].mig_instances = {{h100_profile("4g.40gb"), 0}, {h100_profile("4g.40gb"), 0}};  // overlap
+  auto r = run_cycle(snapshot_of({node}, {pending_job("p1", "h100"), pending_job("p2", "h100")}), {});
+  ASSERT_EQ(r.warnings.size(), 1u);
+  EXPECT_THAT(r.warnings[0], HasSubstr("MIG layout refused"));
+  EXPECT_EQ(r.placements.size(), 1u);
+  EXPECT_EQ(r.placements[0].nodes[0].gpus[0].gpu, 1);
+}
+
 TEST(Placement, BadBindingsInTheSnapshotAreReportedNotFatal) {
   auto s = snapshot_of({gpu_node("a", "h100", 1)}, {running_job("ghost", "h100", "nowhere", {whole_gpu(0)}, kHour),
                                                     running_job("wrong", "h100", "a", {whole_gpu(5)}, kHour),
