@@ -184,10 +184,7 @@ class Engine {
   // which nothing changed.
   void advance(Time t) {
     if (t <= last_) return;
-    while (next_sample_ < t) {
-      sample(next_sample_);
-      next_sample_ += options_.sample_every;
-    }
+    while (next_sample_ < t) sample(next_sample_);  // sample() moves next_sample_ on
     auto dt = static_cast<double>((t - last_).count());
     out_.allocated_block_seconds += static_cast<double>(allocated_) * dt;
     out_.requested_block_seconds += static_cast<double>(requested_) * dt;
