@@ -125,11 +125,13 @@ std::string replay_summary_markdown(const ReplayReport& r) {
   md += fmt::format("- Trace: `{}` ({}), {} jobs", r.trace.label, openb ? "openb pod list" : "generic CSV",
                     r.trace.jobs.size());
   if (!r.runs.empty()) {
-    md += fmt::format(", first arrival at t={}s, replay ends at t={}s ({})", trace_seconds(r.runs[0].start),
-                      trace_seconds(r.runs[0].end), format_seconds(seconds_between(r.runs[0].start, r.runs[0].end)));
-    for (size_t i = 1; i < r.runs.size(); ++i) {
-      md += fmt::format("; under {} it ends at t={}s", r.runs[i].policy, trace_seconds(r.runs[i].end));
+    // The replay ends with the last completion, which differs between policies.
+    std::vector<std::string> ends;
+    for (const ReplayRun& run : r.runs) {
+      ends.push_back(fmt::format("t={}s under {} ({} after the first arrival)", trace_seconds(run.end), run.policy,
+                                 format_seconds(seconds_between(run.start, run.end))));
     }
+    md += fmt::format("; first arrival at t={}s; the replay ends at {}", trace_seconds(r.runs[0].start), join(ends, ", "));
   }
   md += fmt::format("\n- Cluster: {} ({})\n", r.cluster, r.cluster_source);
   md += fmt::format(
