@@ -12,6 +12,9 @@ namespace cnlab::sim {
 namespace {
 
 constexpr std::string_view kOpenbProject = "openb";
+// The latest time (and longest run) a generic row may name, as the openb loader allows: about
+// 35,000 years, far from overflowing the engine's arithmetic on seconds.
+constexpr double kMaxSeconds = static_cast<double>(int64_t{1} << 40);
 constexpr std::string_view kDefaultProject = "default";
 constexpr std::string_view kDefaultClass = "dev";
 
@@ -124,6 +127,13 @@ Result<ReplayTrace> replay_trace_from_generic(const std::vector<GenericJob>& job
   const std::vector<std::string> classes = class_names();
   for (const GenericJob& row : jobs) {
     auto field = [&](std::string_view column) { return fmt::format("{}:{}: {}", trace.label, row.line, column); };
+    for (auto [column, value] : {std::pair<const char*, double>{"submit_time", row.submit_time},
+                                 {"duration", row.duration}, {"deadline", row.deadline.value_or(0)}}) {
+      if (value > kMaxSeconds) {
+        return Error::invalid_argument(field(column), fmt::format("{}", value),
+                                       fmt::format("must be at most {} seconds", static_cast<int64_t>(kMaxSeconds)));
+      }
+    }
     ReplayJob job;
     job.name = fmt::format("line-{}", row.line);
     job.submit = trace_time(static_cast<int64_t>(std::floor(row.submit_time)));

@@ -128,6 +128,13 @@ TEST(ReplayTrace, GenericUnknownModelOrClassNamesFileAndLine) {
   EXPECT_THAT(cls.message, HasSubstr("inference, production, dev, opportunistic"));
 }
 
+TEST(ReplayTrace, GenericTimesBeyondTheEnginesRangeAreRefused) {
+  Error e = trace_error("submit_time,duration,num_gpus\n0,1e30,1\n");
+  EXPECT_EQ(e.field, "t.csv:2: duration");
+  EXPECT_EQ(e.value, "1e+30");
+  EXPECT_THAT(e.message, HasSubstr("at most 1099511627776 seconds"));
+}
+
 TEST(ReplayTrace, UnknownHeaderListsBothFormats) {
   Error e = trace_error("a,b,c\n1,2,3\n");
   EXPECT_THAT(e.message, HasSubstr("openb pod list"));
