@@ -12,8 +12,8 @@ constexpr int kWidth = 30;
 
 }  // namespace
 
-ProgressBar::ProgressBar(std::FILE* stream)
-    : stream_(stream), enabled_(isatty(fileno(stream)) != 0), start_(std::chrono::steady_clock::now()) {}
+ProgressBar::ProgressBar(std::FILE* stream, const char* unit)
+    : stream_(stream), unit_(unit), enabled_(isatty(fileno(stream)) != 0), start_(std::chrono::steady_clock::now()) {}
 
 void ProgressBar::update(size_t done, size_t total) {
   if (!enabled_ || total == 0) return;
@@ -22,7 +22,7 @@ void ProgressBar::update(size_t done, size_t total) {
   int filled = static_cast<int>(done * kWidth / total);
   std::string bar(static_cast<size_t>(filled), '#');
   bar.append(static_cast<size_t>(kWidth - filled), ' ');
-  std::fprintf(stream_, "\r[%s] %zu/%zu runs  %.1fs", bar.c_str(), done, total,
+  std::fprintf(stream_, "\r[%s] %zu/%zu %s  %.1fs", bar.c_str(), done, total, unit_,
                std::chrono::duration<double>(elapsed).count());
   std::fflush(stream_);
   drawn_ = true;

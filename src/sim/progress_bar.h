@@ -10,14 +10,15 @@ namespace cnlab::sim {
 
 class ProgressBar {
  public:
-  // Enabled when `stream` is a terminal.
-  explicit ProgressBar(std::FILE* stream);
+  // Enabled when `stream` is a terminal. `unit` names what update() counts ("runs", "events").
+  explicit ProgressBar(std::FILE* stream, const char* unit = "runs");
   void update(size_t done, size_t total);
   // Clears the line if anything was drawn.
   void finish();
 
  private:
   std::FILE* stream_;
+  const char* unit_;
   bool enabled_;
   bool drawn_ = false;
   std::chrono::steady_clock::time_point start_;

@@ -13,6 +13,7 @@
 #include "sim/alloc_report.h"
 #include "sim/openb_trace.h"
 #include "sim/progress_bar.h"
+#include "sim/replay_command.h"
 #include "sim/svg_chart.h"
 
 namespace cnlab::sim {
@@ -228,6 +229,9 @@ void add_sim_commands(CLI::App& app, PolicyRegistry registry) {
               "Reference curves CSV (default: reference_allocation_curves.csv beside a pod file, if any)");
   text_option("--out", flags->out, "Output directory (created if needed)");
   alloc->callback([alloc, flags, shared_registry] { run_alloc(*flags, *shared_registry, alloc->remaining()); });
+
+  // The replay experiment lives in replay_command.cpp.
+  add_replay_command(*sim);
 
   sim->callback([sim] {
     if (!sim->remaining().empty()) {

@@ -4,6 +4,8 @@
 //                   [--policies random,dotprod,...] [--seeds 42-51] [--threads N]
 //                   [--reference FILE] --out DIR
 //
+// `cnlab sim replay` (the replay experiment) is added beside alloc by replay_command.h.
+//
 // Exit codes: 0 done; 2 bad flags or input files (a message on stderr names the flag or file, the
 // value and what is allowed); 1 an internal failure (a policy's invalid choice). A failing command
 // ends the parse with CLI::RuntimeError(code), which CLI11's App::exit turns into that exit code

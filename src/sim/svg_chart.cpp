@@ -164,3 +164,106 @@ std::string allocation_svg(const ExperimentResult& result) {
 }
 
 }  // namespace cnlab::sim
+
+// --- Time series (the replay experiment) ----------------------------------------------------
+
+namespace cnlab::sim {
+namespace {
+
+constexpr int kSeriesWidth = 920, kSeriesHeight = 240;
+
+// 1, 2 or 5 times a power of ten, so that `range` gets about `ticks` steps.
+double nice_step(double range, int ticks) {
+  if (!(range > 0)) return 1;
+  double raw = range / ticks;
+  double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double m : {1.0, 2.0, 5.0, 10.0}) {
+    if (m * magnitude >= raw) return m * magnitude;
+  }
+  return 10 * magnitude;
+}
+
+std::string tick_text(double value, double step) {
+  return step >= 1 ? fmt::format("{:.0f}", value) : fmt::format("{:.{}f}", value, static_cast<int>(-std::floor(std::log10(step))));
+}
+
+}  // namespace
+
+std::string time_series_svg(const std::vector<ChartPanel>& panels, const std::string& x_label) {
+  std::vector<std::string> names;
+  double x0 = 0, x1 = 0;
+  bool any = false;
+  for (const ChartPanel& panel : panels) {
+    for (const ChartSeries& s : panel.series) {
+      if (std::find(names.begin(), names.end(), s.name) == names.end()) names.push_back(s.name);
+      for (const auto& [x, y] : s.points) {
+        x0 = any ? std::min(x0, x) : x;
+        x1 = any ? std::max(x1, x) : x;
+        any = true;
+      }
+    }
+  }
+  if (!(x1 > x0)) x1 = x0 + 1;
+  auto colour = [&](const std::string& name) {
+    size_t i = static_cast<size_t>(std::find(names.begin(), names.end(), name) - names.begin());
+    // Skip the grey that leads the allocation chart's palette: two or three lines read better in
+    // strong colours.
+    return kColours[(i + 4) % kColours.size()];
+  };
+  const int height = kLegendHeight + static_cast<int>(panels.size()) * kSeriesHeight;
+  std::string svg = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" "
+      "font-family=\"sans-serif\" font-size=\"11\">\n"
+      "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
+      kSeriesWidth, height);
+  int lx = 12;
+  for (const std::string& name : names) {
+    svg += fmt::format("<line x1=\"{}\" y1=\"14\" x2=\"{}\" y2=\"14\" stroke=\"{}\" stroke-width=\"3\"/>", lx, lx + 22,
+                       colour(name));
+    svg += fmt::format("<text x=\"{}\" y=\"18\">{}</text>\n", lx + 28, escape(name));
+    lx += 40 + static_cast<int>(name.size()) * 7;
+  }
+  const double x_step = nice_step(x1 - x0, 10);
+  for (size_t p = 0; p < panels.size(); ++p) {
+    const ChartPanel& panel = panels[p];
+    double y_max = panel.y_max;
+    if (!(y_max > 0)) {
+      for (const ChartSeries& s : panel.series) {
+        for (const auto& point : s.points) y_max = std::max(y_max, point.second);
+      }
+      if (!(y_max > 0)) y_max = 1;
+    }
+    const double y_step = nice_step(y_max, 5);
+    y_max = std::ceil(y_max / y_step - 1e-9) * y_step;
+    const int oy = kLegendHeight + static_cast<int>(p) * kSeriesHeight;
+    const int pw = kSeriesWidth - kLeft - kRight, ph = kSeriesHeight - kTop - kBottom;
+    const int px = kLeft, py = oy + kTop;
+    auto sx = [&](double x) { return px + (x - x0) / (x1 - x0) * pw; };
+    auto sy = [&](double y) { return py + ph - y / y_max * ph; };
+    svg += fmt::format("<g>\n<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" font-size=\"13\" font-weight=\"bold\">{}</text>\n",
+                       px + pw / 2, oy + 18, escape(panel.title));
+    for (double y = 0; y <= y_max + 1e-9; y += y_step) {
+      svg += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"#e0e0e0\"/>", px, sy(y), px + pw, sy(y));
+      svg += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n", px - 6, sy(y) + 4, tick_text(y, y_step));
+    }
+    for (double x = std::ceil(x0 / x_step) * x_step; x <= x1 + 1e-9; x += x_step) {
+      svg += fmt::format("<line x1=\"{:.1f}\" y1=\"{}\" x2=\"{:.1f}\" y2=\"{}\" stroke=\"#e0e0e0\"/>", sx(x), py, sx(x), py + ph);
+      svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", sx(x), py + ph + 15, tick_text(x, x_step));
+    }
+    svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#333\"/>\n", px, py, pw, ph);
+    svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", px + pw / 2, py + ph + 33, escape(x_label));
+    svg += fmt::format("<text x=\"{0}\" y=\"{1}\" text-anchor=\"middle\" transform=\"rotate(-90 {0} {1})\">{2}</text>\n", 16,
+                       py + ph / 2, escape(panel.y_label));
+    for (const ChartSeries& s : panel.series) {
+      std::string points;
+      for (const auto& [x, y] : s.points) points += fmt::format("{:.1f},{:.1f} ", sx(x), sy(std::min(y, y_max)));
+      svg += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.4\" points=\"{}\"><title>{}</title></polyline>\n",
+                         colour(s.name), points, escape(s.name));
+    }
+    svg += "</g>\n";
+  }
+  svg += "</svg>\n";
+  return svg;
+}
+
+}  // namespace cnlab::sim
