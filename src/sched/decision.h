@@ -38,8 +38,10 @@ struct Placement {
   bool operator==(const Placement&) const = default;
 };
 
-// Evict `victim` to make room for `for_job`. A checkpointable victim is checkpointed first and
-// requeued to resume from that checkpoint; any other victim is stopped and requeued from the start.
+// Evict `victim` to make room for `for_job`; it is requeued. A checkpointable victim resumes from
+// its latest checkpoint (the agent asks it for one more before stopping it, which may or may not
+// finish in time), any other victim from the start. `work_lost` is the run time since the latest
+// checkpoint the scheduler knows of (or since the start): what eviction may throw away.
 struct Preemption {
   JobIndex victim = 0;
   JobIndex for_job = 0;
