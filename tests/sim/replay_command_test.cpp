@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "sim/sim_command.h"
+#include "run_cli.h"
 #include "temp_dir.h"
 
 namespace cnlab::sim {
@@ -14,33 +15,15 @@ namespace {
 
 using ::testing::HasSubstr;
 
-struct Outcome {
-  int code = 0;
-  std::string out, err;
-};
+using testing::Outcome;
+using testing::write;
 
-// Parses `args` as `cnlab sim ...` would and returns the exit code the command chose.
+// Parses `args` as `cnlab sim replay ...` would.
 Outcome run_cli(std::vector<std::string> args) {
-  CLI::App app{"cnlab"};
-  add_sim_commands(app);
-  std::vector<std::string> argv_text = {"cnlab", "sim", "replay"};
-  argv_text.insert(argv_text.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : argv_text) argv.push_back(a.data());
-  Outcome out;
-  ::testing::internal::CaptureStderr();
-  ::testing::internal::CaptureStdout();
-  try {
-    app.parse(static_cast<int>(argv.size()), argv.data());
-  } catch (const CLI::ParseError& e) {
-    out.code = e.get_exit_code();
-  }
-  out.out = ::testing::internal::GetCapturedStdout();
-  out.err = ::testing::internal::GetCapturedStderr();
-  return out;
+  args.insert(args.begin(), {"sim", "replay"});
+  return testing::run_cli(std::move(args));
 }
 
-void write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
 std::string read(const std::string& path) {
   std::ifstream in(path);

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "run_cli.h"
 #include "temp_dir.h"
 
 namespace cnlab::sim {
@@ -14,33 +15,10 @@ namespace {
 
 using ::testing::HasSubstr;
 
-struct Outcome {
-  int code = 0;
-  std::string err;
-};
+using testing::Outcome;
+using testing::run_cli;
+using testing::write;
 
-// Parses `args` as `cnlab sim ...` would and returns the exit code the command chose.
-Outcome run_cli(std::vector<std::string> args) {
-  CLI::App app{"cnlab"};
-  add_sim_commands(app);
-  std::vector<std::string> argv_text = {"cnlab"};
-  argv_text.insert(argv_text.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : argv_text) argv.push_back(a.data());
-  Outcome out;
-  ::testing::internal::CaptureStderr();
-  ::testing::internal::CaptureStdout();
-  try {
-    app.parse(static_cast<int>(argv.size()), argv.data());
-  } catch (const CLI::ParseError& e) {
-    out.code = e.get_exit_code();
-  }
-  (void)::testing::internal::GetCapturedStdout();
-  out.err = ::testing::internal::GetCapturedStderr();
-  return out;
-}
-
-void write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
 class SimCommand : public ::testing::Test {
  protected:
