@@ -129,8 +129,9 @@ std::optional<EarliestStart> Calendar::earliest_start(const ClusterState& state,
     // Running jobs on the node that end before the best start found so far, earliest first.
     Time horizon = best ? best->start : kNever;
     releases.clear();
-    for (uint32_t a : state.node_allocations(n)) {
-      if (state.allocation(a).end < horizon) releases.push_back(a);
+    const std::vector<Time>& ends = state.node_allocation_ends(n);
+    for (size_t i = 0; i < ends.size(); ++i) {
+      if (ends[i] < horizon) releases.push_back(state.node_allocations(n)[i]);
     }
     std::sort(releases.begin(), releases.end(), [&](uint32_t x, uint32_t y) {
       return state.allocation(x).end < state.allocation(y).end;

@@ -7,6 +7,7 @@ namespace cnlab::sched {
 ClusterState::ClusterState(const std::vector<model::Node>& nodes) {
   nodes_.reserve(nodes.size());
   node_allocations_.resize(nodes.size());
+  node_allocation_ends_.resize(nodes.size());
   node_by_name_.reserve(nodes.size());
   node_model_begin_.reserve(nodes.size() + 1);
   for (uint32_t n = 0; n < nodes.size(); ++n) {
@@ -214,6 +215,7 @@ uint32_t ClusterState::allocate(JobIndex job, uint32_t node, int64_t cpu, int64_
   bool over = apply(a, -1, exclusive_mig);
   if (overcommitted) *overcommitted = over;
   node_allocations_[node].push_back(static_cast<uint32_t>(allocations_.size()));
+  node_allocation_ends_[node].push_back(end);
   allocations_.push_back(a);
   return static_cast<uint32_t>(allocations_.size() - 1);
 }
@@ -224,7 +226,9 @@ void ClusterState::release(uint32_t allocation) {
   a.live = false;
   apply(a, +1, false);
   auto& list = node_allocations_[a.node];
-  list.erase(std::find(list.begin(), list.end(), allocation));
+  auto at = std::find(list.begin(), list.end(), allocation);
+  node_allocation_ends_[a.node].erase(node_allocation_ends_[a.node].begin() + (at - list.begin()));
+  list.erase(at);
 }
 
 void ClusterState::restore(uint32_t allocation) {
@@ -233,6 +237,7 @@ void ClusterState::restore(uint32_t allocation) {
   a.live = true;
   apply(a, -1, a.exclusive_mig);
   node_allocations_[a.node].push_back(allocation);
+  node_allocation_ends_[a.node].push_back(a.end);
 }
 
 void ClusterState::enable_mig(uint32_t gpu) {

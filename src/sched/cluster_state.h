@@ -99,6 +99,9 @@ class ClusterState {
   uint32_t allocation_count() const { return static_cast<uint32_t>(allocations_.size()); }
   std::span<const PartUse> parts(const Allocation& a) const { return {parts_.data() + a.parts_begin, a.parts_count}; }
   const std::vector<uint32_t>& node_allocations(uint32_t n) const { return node_allocations_[n]; }
+  // The expected ends of node_allocations(n), in the same order: scanned by every reservation, so
+  // kept apart from the allocation records to be read contiguously.
+  const std::vector<Time>& node_allocation_ends(uint32_t n) const { return node_allocation_ends_[n]; }
 
   uint32_t find_node(std::string_view name) const;  // kNone when absent
   // The partition for (node, gpu index, mig_start); kNone when there is no such GPU or instance.
@@ -164,6 +167,7 @@ class ClusterState {
   std::vector<Allocation> allocations_;
   std::vector<PartUse> parts_;
   std::vector<std::vector<uint32_t>> node_allocations_;
+  std::vector<std::vector<Time>> node_allocation_ends_;
   std::vector<NodeModel> node_models_;
   std::vector<uint32_t> node_model_begin_;  // node -> first NodeModel entry; entries of a node are contiguous
   std::unordered_map<std::string_view, uint32_t> node_by_name_;

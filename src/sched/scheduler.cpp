@@ -81,7 +81,7 @@ class Cycle {
 
   void resolve_jobs() {
     jobs_.resize(snap_.jobs.size());
-    job_allocations_.resize(snap_.jobs.size());
+    job_allocations_.assign(snap_.jobs.size(), {0, 0});
     for (JobIndex j = 0; j < snap_.jobs.size(); ++j) {
       const model::Job& job = snap_.jobs[j];
       JobInfo& info = jobs_[j];
@@ -132,13 +132,15 @@ class Cycle {
     if (end != kNever && end <= now_) end = kNever;  // overran its estimate: its end is unknown
     size_t gpus_total = 0;
     for (const auto& binding : job.status.placement) gpus_total += binding.gpus.size();
+    job_allocations_[j] = {state_.allocation_count(), 0};
     for (const auto& binding : job.status.placement) {
       uint32_t node = state_.find_node(binding.node);
       if (node == kNone) {
         warn(fmt::format("job \"{}\": bound to unknown node \"{}\"", job.meta.name, binding.node));
         continue;
       }
-      std::vector<PartUse> uses;
+      std::vector<PartUse>& uses = scratch_uses_;
+      uses.clear();
       for (const auto& g : binding.gpus) {
         uint32_t p = state_.find_partition(node, g.index, g.mig_start);
         if (p == kNone) {
@@ -154,8 +156,8 @@ class Cycle {
       int64_t cpu = static_cast<int64_t>((info.shape.cpu_milli * share + of - 1) / of);
       int64_t mem = static_cast<int64_t>((info.shape.memory_mib * share + of - 1) / of);
       bool over = false;
-      job_allocations_[j].push_back(state_.allocate(j, node, cpu, mem, uses, info.shape.kind == model::SliceKind::kMig,
-                                                    info.started, end, &over));
+      state_.allocate(j, node, cpu, mem, uses, info.shape.kind == model::SliceKind::kMig, info.started, end, &over);
+      ++job_allocations_[j].second;
       if (over) warn(fmt::format("job \"{}\": node \"{}\" is over-committed by its binding", job.meta.name, binding.node));
     }
   }
@@ -351,7 +353,8 @@ class Cycle {
     const JobInfo& job = jobs_[j];
     Applied applied = apply_plan(state_, calendar_, plan, j, job.shape.kind == model::SliceKind::kMig, now_, end);
     for (auto& r : applied.repartitions) result_.repartitions.push_back(std::move(r));
-    job_allocations_[j] = applied.allocations;
+    // apply_plan allocates node after node, so a job's allocations have consecutive ids.
+    job_allocations_[j] = {applied.allocations.front(), static_cast<uint32_t>(applied.allocations.size())};
     result_.placements.push_back({j, std::move(applied.grants), std::move(after)});
     held_blocks_[job.project] += job.shape.total_blocks();
     held_user_blocks_[job.user] += job.shape.total_blocks();
@@ -360,7 +363,8 @@ class Cycle {
   void preempt(JobIndex j, const VictimSet& set, Time end) {
     for (JobIndex v : set.victims) {
       const JobInfo& victim = jobs_[v];
-      for (uint32_t a : job_allocations_[v]) state_.release(a);
+      auto [first, count] = job_allocations_[v];
+      for (uint32_t a = first; a < first + count; ++a) state_.release(a);
       jobs_[v].running = false;  // not a victim twice
       result_.preemptions.push_back({v, j, victim.checkpointable, true, victims_.work_lost(victim)});
     }
@@ -403,7 +407,8 @@ class Cycle {
   VictimSelector victims_;
   CycleResult result_;
 
-  std::vector<std::vector<uint32_t>> job_allocations_;
+  std::vector<std::pair<uint32_t, uint32_t>> job_allocations_;  // (first allocation id, count) per job
+  std::vector<PartUse> scratch_uses_;
   std::vector<std::vector<JobIndex>> pending_by_tier_;
   std::vector<JobIndex> taken_;  // pending jobs already handled as urgent deadline jobs
   struct UserKeyHash {
