@@ -15,6 +15,7 @@ struct JobInfo {
   int tier = 0;  // 0 is the highest
   uint32_t project = 0, user = 0;  // interned ids; user ids are global, not per project
   JobShape shape;
+  uint32_t shape_id = 0;  // jobs with equal shapes share it
   Time submitted{};
   std::optional<Time> deadline;
   Duration estimate{0};  // 0: unknown

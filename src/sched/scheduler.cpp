@@ -61,8 +61,9 @@ class Cycle {
 
  private:
   struct Failure {
-    uint32_t reason;
-    Time from_end;  // jobs of the shape that would end at or after this fail too
+    uint32_t reason = 0;
+    Time from_end{};          // jobs of the shape that would end at or after this fail too
+    uint32_t generation = 0;  // valid while it equals failure_generation_
   };
 
   // --- Setup -------------------------------------------------------------------------------
@@ -70,6 +71,17 @@ class Cycle {
   uint32_t intern_project(const std::string& name) {
     auto [it, added] = project_ids_.try_emplace(name, static_cast<uint32_t>(project_names_.size()));
     if (added) project_names_.push_back(name);
+    return it->second;
+  }
+
+  // One hash per job: the failure memory and the workload profile then work on ids.
+  uint32_t intern_shape(const JobShape& shape) {
+    auto [it, added] = shape_ids_.try_emplace(shape, static_cast<uint32_t>(shapes_.size()));
+    if (added) {
+      shapes_.push_back(shape);
+      shape_jobs_.push_back(0);
+    }
+    ++shape_jobs_[it->second];
     return it->second;
   }
 
@@ -98,7 +110,7 @@ class Cycle {
       info.project = intern_project(job.spec.project);
       info.user = intern_user(info.project, job.spec.user);
       info.shape = JobShape::of(job.spec);
-      profile_.add(info.shape);
+      info.shape_id = intern_shape(info.shape);
       info.submitted = job.status.submitted_at;
       info.deadline = job.spec.deadline;
       info.estimate = job.spec.estimated_duration.value_or(Duration{0});
@@ -115,6 +127,8 @@ class Cycle {
         pending_by_tier_[info.tier].push_back(j);
       }
     }
+    for (uint32_t id = 0; id < shapes_.size(); ++id) profile_.add(shapes_[id], shape_jobs_[id]);
+    failures_.resize(shapes_.size());
     held_blocks_.resize(project_names_.size());
     held_user_blocks_.resize(users_.size());
     for (const JobInfo& info : jobs_) {
@@ -225,7 +239,7 @@ class Cycle {
     // a cycle (pre-emption clears this memory). Neither does a shape that asks at least as much of
     // every resource. When reservations were in the way, only jobs that would run at least as long
     // fail for sure.
-    const Failure* failed = known_failure(job.shape, end);
+    const Failure* failed = known_failure(job.shape_id, end);
     if (!failed) {
       ++result_.stats.placement_attempts;
       PlacementSearch::Stats stats;
@@ -235,7 +249,7 @@ class Cycle {
         place(j, *plan, end, {});
         return true;
       }
-      failed = remember_failure(job.shape, stats.hold_rejections > 0 ? end : Time::min());
+      failed = remember_failure(job.shape_id, stats.hold_rejections > 0 ? end : Time::min());
     }
     uint32_t reason = failed->reason;
 
@@ -274,7 +288,7 @@ class Cycle {
     const JobInfo& job = jobs_[j];
     if (preemptors_ >= config_.max_preemptors_per_cycle) return false;
     // A shape no victims could make room for at this tier cannot find any later in the cycle.
-    auto key = std::pair(job.shape, job.tier);
+    auto key = std::pair(job.shape_id, job.tier);
     if (std::find(preemption_failures_.begin(), preemption_failures_.end(), key) != preemption_failures_.end()) {
       return false;
     }
@@ -311,35 +325,43 @@ class Cycle {
     return wait(j, intern_reason(when + " (" + result_.reasons[reason] + ")"));
   }
 
-  // The failure that covers `shape` for a job ending at `end`: its own, or one of a shape it
+  // The failure that covers shape `id` for a job ending at `end`: its own, or one of a shape it
   // dominates (then recorded as its own, with its own words).
-  const Failure* known_failure(const JobShape& shape, Time end) {
-    if (auto it = failures_.find(shape); it != failures_.end()) return end >= it->second.from_end ? &it->second : nullptr;
+  const Failure* known_failure(uint32_t id, Time end) {
+    Failure& own = failures_[id];
+    if (own.generation == failure_generation_) return end >= own.from_end ? &own : nullptr;
+    const JobShape& shape = shapes_[id];
     auto family = failure_families_.find(family_of(shape));
     if (family == failure_families_.end()) return nullptr;
-    for (const JobShape& smaller : family->second) {
-      const Failure& f = failures_.at(smaller);
+    for (uint32_t smaller_id : family->second) {
+      const JobShape& smaller = shapes_[smaller_id];
+      const Failure& f = failures_[smaller_id];
       if (end < f.from_end || shape.blocks < smaller.blocks || shape.vram_mib < smaller.vram_mib ||
           shape.cpu_milli < smaller.cpu_milli || shape.memory_mib < smaller.memory_mib) {
         continue;
       }
       const std::string& text = result_.reasons[f.reason];
       std::string context = text.substr(std::min(text.size(), needs_text(smaller).size()));
-      return &failures_.emplace(shape, Failure{intern_reason(needs_text(shape) + context), f.from_end}).first->second;
+      own = Failure{intern_reason(needs_text(shape) + context), f.from_end, failure_generation_};
+      return &own;
     }
     return nullptr;
   }
 
-  const Failure* remember_failure(const JobShape& shape, Time from_end) {
-    auto [it, added] = failures_.try_emplace(shape, Failure{0, from_end});
-    if (added) {
-      std::string never = never_fits(state_, snap_.nodes, shape, config_.gangs_span_nodes);
-      it->second.reason = intern_reason(never.empty() ? why_no_fit(state_, calendar_, snap_, shape, now_, from_end == Time::min() ? kNever : from_end) : never);
-      failure_families_[family_of(shape)].push_back(shape);
-    } else {
-      it->second.from_end = std::min(it->second.from_end, from_end);
+  const Failure* remember_failure(uint32_t id, Time from_end) {
+    Failure& own = failures_[id];
+    if (own.generation == failure_generation_) {
+      own.from_end = std::min(own.from_end, from_end);
+      return &own;
     }
-    return &it->second;
+    const JobShape& shape = shapes_[id];
+    std::string never = never_fits(state_, snap_.nodes, shape, config_.gangs_span_nodes);
+    own = Failure{intern_reason(never.empty() ? why_no_fit(state_, calendar_, snap_, shape, now_,
+                                                           from_end == Time::min() ? kNever : from_end)
+                                              : never),
+                  from_end, failure_generation_};
+    failure_families_[family_of(shape)].push_back(id);
+    return &own;
   }
 
   static std::string needs_text(const JobShape& shape) { return "needs " + describe_shape(shape); }
@@ -368,7 +390,7 @@ class Cycle {
       jobs_[v].running = false;  // not a victim twice
       result_.preemptions.push_back({v, j, victim.checkpointable, true, victims_.work_lost(victim)});
     }
-    failures_.clear();  // evictions may free more than the pre-emptor takes
+    ++failure_generation_;  // evictions may free more than the pre-emptor takes: forget failures
     failure_families_.clear();
     preemption_failures_.clear();
     place(j, set.plan, end, set.victims);
@@ -422,9 +444,13 @@ class Cycle {
   std::unordered_map<std::pair<uint32_t, std::string_view>, uint32_t, UserKeyHash> user_ids_;
   std::vector<std::pair<uint32_t, std::string_view>> users_;  // (project id, user name)
   std::vector<double> held_blocks_, held_user_blocks_;
-  std::unordered_map<JobShape, Failure, JobShapeHash> failures_;
-  std::unordered_map<JobShape, std::vector<JobShape>, JobShapeHash> failure_families_;
-  std::vector<std::pair<JobShape, int>> preemption_failures_;
+  std::unordered_map<JobShape, uint32_t, JobShapeHash> shape_ids_;
+  std::vector<JobShape> shapes_;         // by shape id
+  std::vector<uint64_t> shape_jobs_;     // jobs per shape id
+  std::vector<Failure> failures_;        // by shape id
+  uint32_t failure_generation_ = 1;
+  std::unordered_map<JobShape, std::vector<uint32_t>, JobShapeHash> failure_families_;  // shape ids
+  std::vector<std::pair<uint32_t, int>> preemption_failures_;  // (shape id, tier)
   std::unordered_map<std::string, uint32_t> reason_ids_;
   std::vector<JobIndex> blocked_behind_;
   int reservations_without_deadline_ = 0;

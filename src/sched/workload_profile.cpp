@@ -16,16 +16,16 @@ bool WorkloadProfile::before(const Entry& a, const Entry& b) {
   return a.count != b.count ? a.count > b.count : key(a.shape) < key(b.shape);
 }
 
-void WorkloadProfile::add(const JobShape& shape) {
+void WorkloadProfile::add(const JobShape& shape, uint64_t jobs) {
   JobShape k = shape;
   k.memory_mib = 0;
   auto [it, added] = index_.try_emplace(k, entries_.size());
   if (added) entries_.push_back({k, 0});
-  ++entries_[it->second].count;
-  ++total_;
+  entries_[it->second].count += jobs;
+  total_ += jobs;
   if (shape.total_blocks() > 0) {
-    cpu_of_gpu_jobs_ += static_cast<double>(shape.cpu_milli);
-    gpu_blocks_ += shape.total_blocks();
+    cpu_of_gpu_jobs_ += static_cast<double>(shape.cpu_milli) * static_cast<double>(jobs);
+    gpu_blocks_ += static_cast<double>(shape.total_blocks()) * static_cast<double>(jobs);
   }
   dirty_ = true;
 }

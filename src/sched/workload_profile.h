@@ -24,7 +24,7 @@ class WorkloadProfile {
   // ...but no more than this many, so scoring stays cheap on workloads of many distinct shapes.
   static constexpr size_t kMaxTypical = 32;
 
-  void add(const JobShape& shape);
+  void add(const JobShape& shape, uint64_t jobs = 1);
   uint64_t jobs() const { return total_; }
   // Host CPU (milli) that GPU jobs ask per 1% block, on average over the arrived GPU jobs; 0 before any.
   double cpu_per_block() const { return gpu_blocks_ ? cpu_of_gpu_jobs_ / gpu_blocks_ : 0; }
