@@ -86,7 +86,7 @@ struct NodeTimeline {
 }  // namespace
 
 std::optional<EarliestStart> Calendar::earliest_start(const ClusterState& state, const JobShape& shape,
-                                                      Duration duration, Time now) const {
+                                                      Duration duration, Time now, bool fits_now_possible) const {
   std::optional<EarliestStart> best;
   NodeTimeline base, at;
   std::vector<uint32_t> releases;
@@ -97,6 +97,18 @@ std::optional<EarliestStart> Calendar::earliest_start(const ClusterState& state,
     const NodeState& node = state.node(n);
     if (!node.schedulable || node.cpu_total < cpu_need || node.mem_total < mem_need) continue;
     if (wanted != 0 && (node.models & wanted) == 0) continue;
+    // Running jobs on the node that end before the best start found so far, earliest first.
+    Time horizon = best ? best->start : kNever;
+    releases.clear();
+    const std::vector<Time>& ends = state.node_allocation_ends(n);
+    for (size_t i = 0; i < ends.size(); ++i) {
+      if (ends[i] < horizon) releases.push_back(state.node_allocations(n)[i]);
+    }
+    // Nothing ends here in time, and the shape is known not to fit now: the node cannot do better.
+    if (releases.empty() && !fits_now_possible) continue;
+    std::sort(releases.begin(), releases.end(), [&](uint32_t x, uint32_t y) {
+      return state.allocation(x).end < state.allocation(y).end;
+    });
     // Partitions of the node that could ever serve the shape.
     base.parts.clear();
     int whole_candidates = 0;
@@ -126,92 +138,84 @@ std::optional<EarliestStart> Calendar::earliest_start(const ClusterState& state,
     base.cpu = node.cpu_free;
     base.mem = node.mem_free;
 
-    // Running jobs on the node that end before the best start found so far, earliest first.
-    Time horizon = best ? best->start : kNever;
-    releases.clear();
-    const std::vector<Time>& ends = state.node_allocation_ends(n);
-    for (size_t i = 0; i < ends.size(); ++i) {
-      if (ends[i] < horizon) releases.push_back(state.node_allocations(n)[i]);
-    }
-    std::sort(releases.begin(), releases.end(), [&](uint32_t x, uint32_t y) {
-      return state.allocation(x).end < state.allocation(y).end;
-    });
 
     size_t next_release = 0;
     Time t = now;
     while (true) {
       if (best && t >= best->start) break;
-      // Capacity at t: what is free, less holds running at t, capped by slack of holds ahead.
-      at = base;
-      Time job_end = end_after(t, duration);
-      for (auto& p : at.parts) {
-        p.cap_blocks = INT32_MAX;
-        p.cap_mem = INT64_MAX;
-      }
-      at.cap_cpu = at.cap_mem = INT64_MAX;
-      for (uint32_t id : by_node_[n]) {
-        const Hold& h = holds_[id];
-        if (h.start <= t && t < h.end) {
-          at.cpu -= h.need_cpu;
-          at.mem -= h.need_mem;
-          for (const HoldPart& hp : h.parts) {
-            if (auto* p = at.find(hp.partition)) {
-              p->blocks -= hp.need_blocks;
-              p->mem -= hp.need_mem;
-              p->jobs += 1;
+      if (t != now || fits_now_possible) {
+        // Capacity at t: what is free, less holds running at t, capped by slack of holds ahead.
+        at = base;
+        Time job_end = end_after(t, duration);
+        for (auto& p : at.parts) {
+          p.cap_blocks = INT32_MAX;
+          p.cap_mem = INT64_MAX;
+        }
+        at.cap_cpu = at.cap_mem = INT64_MAX;
+        for (uint32_t id : by_node_[n]) {
+          const Hold& h = holds_[id];
+          if (h.start <= t && t < h.end) {
+            at.cpu -= h.need_cpu;
+            at.mem -= h.need_mem;
+            for (const HoldPart& hp : h.parts) {
+              if (auto* p = at.find(hp.partition)) {
+                p->blocks -= hp.need_blocks;
+                p->mem -= hp.need_mem;
+                p->jobs += 1;
+              }
             }
-          }
-        } else if (overlaps_future_hold(h, t, job_end)) {
-          at.cap_cpu = std::min(at.cap_cpu, h.slack_cpu);
-          at.cap_mem = std::min(at.cap_mem, h.slack_mem);
-          for (const HoldPart& hp : h.parts) {
-            if (auto* p = at.find(hp.partition)) {
-              p->cap_blocks = std::min(p->cap_blocks, hp.slack_blocks);
-              p->cap_mem = std::min(p->cap_mem, hp.slack_mem);
+          } else if (overlaps_future_hold(h, t, job_end)) {
+            at.cap_cpu = std::min(at.cap_cpu, h.slack_cpu);
+            at.cap_mem = std::min(at.cap_mem, h.slack_mem);
+            for (const HoldPart& hp : h.parts) {
+              if (auto* p = at.find(hp.partition)) {
+                p->cap_blocks = std::min(p->cap_blocks, hp.slack_blocks);
+                p->cap_mem = std::min(p->cap_mem, hp.slack_mem);
+              }
             }
           }
         }
-      }
-      bool host_fits = std::min(at.cpu, at.cap_cpu) >= cpu_need && std::min(at.mem, at.cap_mem) >= mem_need;
-      EarliestStart found{n, t, {}, cpu_need, mem_need};
-      bool fits = false;
-      if (host_fits) {
-        if (shape.kind == model::SliceKind::kNone) {
-          fits = true;
-        } else if (shape.kind == model::SliceKind::kBlocks) {
-          const NodeTimeline::Part* fit = nullptr;
-          for (const auto& p : at.parts) {
-            const PartitionState& ps = state.partition(p.partition);
-            int blocks = std::min(p.blocks, p.cap_blocks);
-            int64_t mem = std::min(p.mem, p.cap_mem);
-            int64_t need_mem = shape.vram_mib >= 0 ? shape.vram_mib : state.default_mem(ps, shape.blocks);
-            bool exclusive = ps.exclusive && p.jobs > 0;
-            if (!exclusive && blocks >= shape.blocks && mem >= need_mem &&
-                (!fit || blocks < std::min(fit->blocks, fit->cap_blocks))) {
-              fit = &p;
+        bool host_fits = std::min(at.cpu, at.cap_cpu) >= cpu_need && std::min(at.mem, at.cap_mem) >= mem_need;
+        EarliestStart found{n, t, {}, cpu_need, mem_need};
+        bool fits = false;
+        if (host_fits) {
+          if (shape.kind == model::SliceKind::kNone) {
+            fits = true;
+          } else if (shape.kind == model::SliceKind::kBlocks) {
+            const NodeTimeline::Part* fit = nullptr;
+            for (const auto& p : at.parts) {
+              const PartitionState& ps = state.partition(p.partition);
+              int blocks = std::min(p.blocks, p.cap_blocks);
+              int64_t mem = std::min(p.mem, p.cap_mem);
+              int64_t need_mem = shape.vram_mib >= 0 ? shape.vram_mib : state.default_mem(ps, shape.blocks);
+              bool exclusive = ps.exclusive && p.jobs > 0;
+              if (!exclusive && blocks >= shape.blocks && mem >= need_mem &&
+                  (!fit || blocks < std::min(fit->blocks, fit->cap_blocks))) {
+                fit = &p;
+              }
             }
-          }
-          if (fit) {
-            const PartitionState& ps = state.partition(fit->partition);
-            found.uses.push_back({fit->partition, static_cast<int16_t>(shape.blocks),
-                                  shape.vram_mib >= 0 ? shape.vram_mib : state.default_mem(ps, shape.blocks)});
-          }
-        } else {
-          // A whole GPU or a MIG instance: nothing else may be on it.
-          int needed = shape.kind == model::SliceKind::kWhole ? shape.gpu_count : 1;
-          for (const auto& p : at.parts) {
-            const PartitionState& ps = state.partition(p.partition);
-            if (p.jobs == 0 && std::min(p.blocks, p.cap_blocks) >= ps.total_blocks &&
-                std::min(p.mem, p.cap_mem) >= ps.total_mem && static_cast<int>(found.uses.size()) < needed) {
-              found.uses.push_back({p.partition, ps.total_blocks, ps.total_mem});
+            if (fit) {
+              const PartitionState& ps = state.partition(fit->partition);
+              found.uses.push_back({fit->partition, static_cast<int16_t>(shape.blocks),
+                                    shape.vram_mib >= 0 ? shape.vram_mib : state.default_mem(ps, shape.blocks)});
             }
+          } else {
+            // A whole GPU or a MIG instance: nothing else may be on it.
+            int needed = shape.kind == model::SliceKind::kWhole ? shape.gpu_count : 1;
+            for (const auto& p : at.parts) {
+              const PartitionState& ps = state.partition(p.partition);
+              if (p.jobs == 0 && std::min(p.blocks, p.cap_blocks) >= ps.total_blocks &&
+                  std::min(p.mem, p.cap_mem) >= ps.total_mem && static_cast<int>(found.uses.size()) < needed) {
+                found.uses.push_back({p.partition, ps.total_blocks, ps.total_mem});
+              }
+            }
+            if (static_cast<int>(found.uses.size()) < needed) found.uses.clear();
           }
-          if (static_cast<int>(found.uses.size()) < needed) found.uses.clear();
         }
-      }
-      if (fits || !found.uses.empty()) {
-        best = std::move(found);
-        break;
+        if (fits || !found.uses.empty()) {
+          best = std::move(found);
+          break;
+        }
       }
       if (next_release == releases.size()) break;
       // Advance to the next end time, releasing every job that ends then.

@@ -60,9 +60,10 @@ class Calendar {
 
   // The earliest time at or after `now` when a single-node shape fits somewhere, given the running
   // jobs' expected ends and the holds already made; nullopt when it never does (e.g. the capacity
-  // it needs is held by jobs without an estimated end).
+  // it needs is held by jobs without an estimated end). `fits_now_possible` false says the caller
+  // already knows it fits nowhere now, even ignoring reservations, so `now` itself is not tried.
   std::optional<EarliestStart> earliest_start(const ClusterState& state, const JobShape& shape, Duration duration,
-                                              Time now) const;
+                                              Time now, bool fits_now_possible = true) const;
   // Holds what `start` describes for `job` during [start.start, end), charging overlapped holds.
   void reserve(const ClusterState& state, JobIndex job, const EarliestStart& start, Time end);
 

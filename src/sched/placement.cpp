@@ -106,7 +106,7 @@ void PlacementSearch::whole_on_node(const JobShape& shape, uint32_t node, model:
     if (!part.empty()) continue;
     PartUse use{gpu.whole, part.total_blocks, part.total_mem};
     // Skip GPUs a reservation holds: another free GPU of the node may do.
-    if (!calendar_.allows(node, now, end, 0, 0, {&use, 1})) continue;
+    if (!calendar_allows(node, now, end, 0, 0, {&use, 1}, best)) continue;
     best.scratch.push_back(use);
   }
   if (static_cast<int>(best.scratch.size()) < shape.gpu_count) return;

@@ -257,7 +257,10 @@ class Cycle {
     bool wants_reservation = job.deadline.has_value() || reservations_without_deadline_ < config_.reserve_top_jobs;
     bool may_reserve = wants_reservation && static_cast<int>(result_.reservations.size()) < config_.max_reservations;
     std::optional<EarliestStart> earliest;
-    if (may_reserve) earliest = calendar_.earliest_start(state_, job.shape, job.estimate, now_);
+    // A failure no reservation caused (from_end = min) means no node fits now whatever the holds.
+    if (may_reserve) {
+      earliest = calendar_.earliest_start(state_, job.shape, job.estimate, now_, failed->from_end != Time::min());
+    }
     bool deadline_needs_preemption = latest && (!earliest || earliest->start > *latest);
     if ((config_.tiers[job.tier].may_preempt || deadline_needs_preemption) && try_preempt(j, end)) return true;
 

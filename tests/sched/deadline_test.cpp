@@ -72,7 +72,7 @@ TEST(Backfill, ShortJobStartsInTheHoleBeforeAReservation) {
   auto r = run_cycle(s, {});
   ASSERT_EQ(r.reservations.size(), 1u);
   EXPECT_EQ(r.reservations[0].job, 1u);
-  EXPECT_TRUE(placed(r, 2));
+  EXPECT_TRUE(placed(r, 2)) << r.reason_for(2);
   EXPECT_FALSE(placed(r, 3));
   EXPECT_THAT(r.reason_for(3), HasSubstr("reserved for job big from 11:00"));
 }
