@@ -45,8 +45,6 @@ class Calendar {
  public:
   explicit Calendar(uint32_t node_count) : by_node_(node_count) {}
 
-  bool empty() const { return holds_.empty(); }
-  const std::vector<Hold>& holds() const { return holds_; }
   const std::vector<uint32_t>& holds_on(uint32_t node) const { return by_node_[node]; }
 
   // Whether a job using `uses`, `cpu` and `mem` on `node` during [from, to) leaves every hold it

@@ -22,9 +22,6 @@ class UsageLedger {
   double project_usage(const std::string& project, Time now) const;
   double user_usage(const std::string& project, const std::string& user, Time now) const;
 
-  // The projects with recorded usage, for iteration in a stable order.
-  const std::map<std::string, std::pair<double, Time>>& projects() const { return projects_; }
-
  private:
   double decayed(const std::pair<double, Time>& entry, Time now) const;
   void add_to(std::pair<double, Time>& entry, double amount, Time at) const;

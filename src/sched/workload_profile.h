@@ -25,7 +25,6 @@ class WorkloadProfile {
   static constexpr size_t kMaxTypical = 32;
 
   void add(const JobShape& shape, uint64_t jobs = 1);
-  uint64_t jobs() const { return total_; }
   // Host CPU (milli) that GPU jobs ask per 1% block, on average over the arrived GPU jobs; 0 before any.
   double cpu_per_block() const { return gpu_blocks_ ? cpu_of_gpu_jobs_ / gpu_blocks_ : 0; }
   // The typical shapes in a fixed order of their keys; a pure function of the counts so far.
