@@ -13,6 +13,7 @@
 
 #include "model/model.h"
 #include "sim/alloc_report.h"
+#include "sim/cli_flags.h"
 #include "sim/openb_trace.h"
 #include "sim/progress_bar.h"
 #include "sim/replay_cluster.h"
@@ -219,21 +220,18 @@ void add_replay_command(CLI::App& sim) {
       "and a plain FIFO cluster side by side on the same cluster and trace");
   replay->allow_extras();
   auto flags = std::make_shared<ReplayFlags>();
-  auto text_option = [replay](const char* name, std::vector<std::string>& into, const std::string& help) {
-    replay->add_option(name, into, help)->expected(0, 1)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  };
-  text_option("--trace", flags->trace, "Trace: an openb pod list with times, or a generic CSV (submit_time,duration,num_gpus,...)");
-  text_option("--nodes", flags->nodes, "Cluster from an openb node list CSV (sn,cpu_milli,memory_mib,gpu,model)");
-  text_option("--cluster", flags->cluster, "Cluster from a spec COUNT:MODELxGPUS[,...], e.g. 300:h100x8,20:l4x2");
-  text_option("--policies", flags->policies, "Comma list of policies (default: " + join(replay_policy_keys(), ",") + ")");
-  text_option("--out", flags->out, "Output directory (created if needed)");
-  text_option("--cycle-interval", flags->cycle_interval, "At most one scheduling cycle per this much simulated time (default 10s)");
-  text_option("--sample-every", flags->sample_every, "Time-series sample at least this often (default 5m)");
-  text_option("--checkpoint-every", flags->checkpoint_every, "Checkpointable jobs save their work this often (default 30m)");
-  text_option("--checkpointable", flags->checkpointable, "Which jobs resume from a checkpoint: all, none or CLASS,... (default all)");
-  text_option("--power-down-after", flags->power_down_after, "A node idle this long could be powered down (default 30m)");
-  text_option("--cpu-per-gpu", flags->cpu_per_gpu, "--cluster nodes: CPU cores per GPU (default 16)");
-  text_option("--memory-per-gpu", flags->memory_per_gpu, "--cluster nodes: host memory per GPU (default 128Gi)");
+  add_text_flag(replay, "--trace", flags->trace, "Trace: an openb pod list with times, or a generic CSV (submit_time,duration,num_gpus,...)");
+  add_text_flag(replay, "--nodes", flags->nodes, "Cluster from an openb node list CSV (sn,cpu_milli,memory_mib,gpu,model)");
+  add_text_flag(replay, "--cluster", flags->cluster, "Cluster from a spec COUNT:MODELxGPUS[,...], e.g. 300:h100x8,20:l4x2");
+  add_text_flag(replay, "--policies", flags->policies, "Comma list of policies (default: " + join(replay_policy_keys(), ",") + ")");
+  add_text_flag(replay, "--out", flags->out, "Output directory (created if needed)");
+  add_text_flag(replay, "--cycle-interval", flags->cycle_interval, "At most one scheduling cycle per this much simulated time (default 10s)");
+  add_text_flag(replay, "--sample-every", flags->sample_every, "Time-series sample at least this often (default 5m)");
+  add_text_flag(replay, "--checkpoint-every", flags->checkpoint_every, "Checkpointable jobs save their work this often (default 30m)");
+  add_text_flag(replay, "--checkpointable", flags->checkpointable, "Which jobs resume from a checkpoint: all, none or CLASS,... (default all)");
+  add_text_flag(replay, "--power-down-after", flags->power_down_after, "A node idle this long could be powered down (default 30m)");
+  add_text_flag(replay, "--cpu-per-gpu", flags->cpu_per_gpu, "--cluster nodes: CPU cores per GPU (default 16)");
+  add_text_flag(replay, "--memory-per-gpu", flags->memory_per_gpu, "--cluster nodes: host memory per GPU (default 128Gi)");
   replay->callback([replay, flags] { run_replay_command(*flags, replay->remaining()); });
 }
 

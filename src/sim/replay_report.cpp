@@ -52,6 +52,16 @@ void group_table(std::string& md, const std::string& title, const std::string& g
   }
 }
 
+// A Markdown table header: `first` then one right-aligned column per policy.
+std::string policy_columns(std::string_view first, const std::vector<ReplayRun>& runs) {
+  std::string header = first.empty() ? "| |" : "| " + std::string(first) + " |", rule = "|---|";
+  for (const ReplayRun& run : runs) {
+    header += " " + run.policy + " |";
+    rule += "---:|";
+  }
+  return header + "\n" + rule + "\n";
+}
+
 }  // namespace
 
 std::string format_seconds(double seconds) {
@@ -150,13 +160,7 @@ std::string replay_summary_markdown(const ReplayReport& r) {
   }
   if (r.trace.zero_run_time > 0) md += fmt::format("- {} jobs had a run time of 0 and run for 1 s.\n", r.trace.zero_run_time);
 
-  md += "\n## Side by side\n\n| |";
-  std::string rule = "|---|";
-  for (const ReplayRun& run : r.runs) {
-    md += " " + run.policy + " |";
-    rule += "---:|";
-  }
-  md += "\n" + rule + "\n";
+  md += "\n## Side by side\n\n" + policy_columns("", r.runs);
   auto row = [&](const std::string& name, auto cell) {
     md += "| " + name + " |";
     for (size_t i = 0; i < r.runs.size(); ++i) md += " " + cell(r.runs[i], summaries[i]) + " |";
@@ -199,13 +203,7 @@ std::string replay_summary_markdown(const ReplayReport& r) {
     md += "\n## By project\n";
     group_table(md, "Queueing delay", "project", summaries, r.runs, false, true);
     group_table(md, "Completion time", "project", summaries, r.runs, false, false);
-    md += "\n### Service ratio (fair share)\n\n| project |";
-    std::string srule = "|---|";
-    for (const ReplayRun& run : r.runs) {
-      md += " " + run.policy + " |";
-      srule += "---:|";
-    }
-    md += "\n" + srule + "\n";
+    md += "\n### Service ratio (fair share)\n\n" + policy_columns("project", r.runs);
     for (size_t p = 0; p < summaries[0].service_ratio.size(); ++p) {
       md += "| " + summaries[0].service_ratio[p].first + " |";
       for (const RunSummary& s : summaries) {

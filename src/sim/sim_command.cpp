@@ -11,6 +11,7 @@
 #include "sim/alloc_experiment.h"
 #include "sim/alloc_leftovers.h"
 #include "sim/alloc_report.h"
+#include "sim/cli_flags.h"
 #include "sim/openb_trace.h"
 #include "sim/progress_bar.h"
 #include "sim/replay_command.h"
@@ -215,19 +216,15 @@ void add_sim_commands(CLI::App& app, PolicyRegistry registry) {
       "capacity, never leave; GPU allocation is measured for each policy and seed");
   alloc->allow_extras();
   auto flags = std::make_shared<AllocFlags>();
-  // expected(0, 1) with TakeAll lets a value-less or repeated flag reach run_alloc's checks.
-  auto text_option = [alloc](const char* name, std::vector<std::string>& into, const std::string& help) {
-    alloc->add_option(name, into, help)->expected(0, 1)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  };
-  text_option("--nodes", flags->nodes, "Node list CSV (sn,cpu_milli,memory_mib,gpu,model)");
-  text_option("--pods", flags->pods, "Pod list CSV; repeat for more workloads");
-  text_option("--policies", flags->policies,
+  add_text_flag(alloc, "--nodes", flags->nodes, "Node list CSV (sn,cpu_milli,memory_mib,gpu,model)");
+  add_text_flag(alloc, "--pods", flags->pods, "Pod list CSV; repeat for more workloads");
+  add_text_flag(alloc, "--policies", flags->policies,
               "Comma list of policies (default: " + join(shared_registry->keys(), ",") + ")");
-  text_option("--seeds", flags->seeds, "Seeds: A-B or a comma list (default 42-51)");
-  text_option("--threads", flags->threads, "Worker threads (default: the machine's cores)");
-  text_option("--reference", flags->reference,
+  add_text_flag(alloc, "--seeds", flags->seeds, "Seeds: A-B or a comma list (default 42-51)");
+  add_text_flag(alloc, "--threads", flags->threads, "Worker threads (default: the machine's cores)");
+  add_text_flag(alloc, "--reference", flags->reference,
               "Reference curves CSV (default: reference_allocation_curves.csv beside a pod file, if any)");
-  text_option("--out", flags->out, "Output directory (created if needed)");
+  add_text_flag(alloc, "--out", flags->out, "Output directory (created if needed)");
   alloc->callback([alloc, flags, shared_registry] { run_alloc(*flags, *shared_registry, alloc->remaining()); });
 
   // The replay experiment lives in replay_command.cpp.

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "shared_data.h"
+
 #include <filesystem>
 #include <fstream>
 
@@ -35,8 +37,7 @@ TEST(AllocReport, CurvesCsvHasExactlyTheReferenceColumns) {
   std::string expected = "workload,policy,seeds";
   for (int k = 0; k <= 130; ++k) expected += fmt::format(",arrived_{}", k);
   EXPECT_EQ(header, expected);
-  const std::string reference = std::string(CNLAB_SHARED_DATA) + "/alibaba-openb-2023/reference_allocation_curves.csv";
-  if (std::ifstream in{reference}) {
+  if (std::ifstream in{testing::openb_path("reference_allocation_curves.csv")}) {
     std::string first;
     std::getline(in, first);
     if (!first.empty() && first.back() == '\r') first.pop_back();  // the published file ends lines with CRLF

@@ -2,6 +2,8 @@
 // direct sched::run_cycle on the same snapshot, and (on the published workload) better than FGD.
 #include <gtest/gtest.h>
 
+#include "shared_data.h"
+
 #include <filesystem>
 #include <random>
 
@@ -100,14 +102,10 @@ TEST(CnlabPolicy, MakesTheSameDecisionsAsTheSchedulerOnTheSameSnapshot) {
 }
 
 TEST(CnlabPolicy, BeatsFgdOnThePublishedDefaultWorkload) {
-  const std::string dir = std::string(CNLAB_SHARED_DATA) + "/alibaba-openb-2023";
-  if (!std::filesystem::exists(dir + "/openb_pod_list_default.csv")) {
-    GTEST_SKIP() << "shared data not found at " << dir << "; configure with -DCNLAB_SHARED_DATA=<dir holding "
-                 << "alibaba-openb-2023/> to compare CNLab with FGD";
-  }
-  auto nodes = load_openb_nodes(dir + "/openb_node_list_gpu_node.csv");
+  CNLAB_SKIP_WITHOUT_OPENB_TRACE();
+  auto nodes = load_openb_nodes(testing::openb_path("openb_node_list_gpu_node.csv"));
   ASSERT_TRUE(nodes) << nodes.error().to_string();
-  auto pods = load_openb_pods(dir + "/openb_pod_list_default.csv");
+  auto pods = load_openb_pods(testing::openb_path("openb_pod_list_default.csv"));
   ASSERT_TRUE(pods) << pods.error().to_string();
   auto cluster = AllocCluster::build(*nodes);
   ASSERT_TRUE(cluster);

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "shared_data.h"
+
 #include <cmath>
 #include <filesystem>
 
@@ -168,13 +170,9 @@ TEST(TypicalPods, GroupsByShapeSortsByCountThenLargerKeyAndCutsAt95Percent) {
 }
 
 TEST(TypicalPods, DefaultTraceKeeps35Of91Shapes) {
-  const std::string dir = std::string(CNLAB_SHARED_DATA) + "/alibaba-openb-2023";
-  if (!std::filesystem::exists(dir + "/openb_pod_list_default.csv")) {
-    GTEST_SKIP() << "shared data not found at " << dir << " (set -DCNLAB_SHARED_DATA=... to the directory holding "
-                 << "alibaba-openb-2023/); skipping the check against the published trace";
-  }
-  auto nodes = load_openb_nodes(dir + "/openb_node_list_gpu_node.csv");
-  auto pods = load_openb_pods(dir + "/openb_pod_list_default.csv");
+  CNLAB_SKIP_WITHOUT_OPENB_TRACE();
+  auto nodes = load_openb_nodes(testing::openb_path("openb_node_list_gpu_node.csv"));
+  auto pods = load_openb_pods(testing::openb_path("openb_pod_list_default.csv"));
   ASSERT_TRUE(nodes && pods);
   AllocCluster cluster = std::move(AllocCluster::build(*nodes).value());
   TypicalPods t = typical_pods(*pods, cluster);

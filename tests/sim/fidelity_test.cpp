@@ -2,6 +2,8 @@
 // mean over seeds 42..51, within 0.5 points of the paper's curves at 100% and 130% arrived.
 #include <gtest/gtest.h>
 
+#include "shared_data.h"
+
 #include <filesystem>
 
 #include "sim/alloc_experiment.h"
@@ -12,17 +14,12 @@ namespace cnlab::sim {
 namespace {
 
 TEST(Fidelity, DefaultWorkloadBestFitAndFgdMatchThePublishedCurves) {
-  const std::string dir = std::string(CNLAB_SHARED_DATA) + "/alibaba-openb-2023";
-  if (!std::filesystem::exists(dir + "/openb_pod_list_default.csv")) {
-    GTEST_SKIP() << "shared data not found at " << dir << " (the Alibaba openb trace and "
-                 << "reference_allocation_curves.csv); configure with -DCNLAB_SHARED_DATA=<dir holding "
-                 << "alibaba-openb-2023/> to run the fidelity check";
-  }
-  auto nodes = load_openb_nodes(dir + "/openb_node_list_gpu_node.csv");
+  CNLAB_SKIP_WITHOUT_OPENB_TRACE();
+  auto nodes = load_openb_nodes(testing::openb_path("openb_node_list_gpu_node.csv"));
   ASSERT_TRUE(nodes) << nodes.error().to_string();
-  auto pods = load_openb_pods(dir + "/openb_pod_list_default.csv");
+  auto pods = load_openb_pods(testing::openb_path("openb_pod_list_default.csv"));
   ASSERT_TRUE(pods) << pods.error().to_string();
-  auto reference = load_reference_curves(dir + "/reference_allocation_curves.csv");
+  auto reference = load_reference_curves(testing::openb_path("reference_allocation_curves.csv"));
   ASSERT_TRUE(reference) << reference.error().to_string();
   auto cluster = AllocCluster::build(*nodes);
   ASSERT_TRUE(cluster) << cluster.error().to_string();

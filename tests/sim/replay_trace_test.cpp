@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "shared_data.h"
+
 #include <filesystem>
 #include <map>
 
@@ -142,9 +144,8 @@ TEST(ReplayTrace, UnknownHeaderListsBothFormats) {
 }
 
 TEST(ReplayTrace, PublishedDefaultTraceLoadsWithItsQosMix) {
-  std::string path = std::string(CNLAB_SHARED_DATA) + "/alibaba-openb-2023/openb_pod_list_default.csv";
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << "shared trace not found at " << path;
-  auto trace = load_replay_trace(path);
+  CNLAB_SKIP_WITHOUT_OPENB_TRACE();
+  auto trace = load_replay_trace(testing::openb_path("openb_pod_list_default.csv"));
   ASSERT_TRUE(trace) << trace.error().to_string();
   EXPECT_EQ(trace->jobs.size(), 8152u);
   EXPECT_EQ(trace->unscheduled, 897u);
@@ -154,7 +155,7 @@ TEST(ReplayTrace, PublishedDefaultTraceLoadsWithItsQosMix) {
   EXPECT_EQ(classes["production"], 4647);
   EXPECT_EQ(classes["dev"], 100);
   EXPECT_EQ(classes["opportunistic"], 3398);
-  auto multigpu = load_replay_trace(std::string(CNLAB_SHARED_DATA) + "/alibaba-openb-2023/openb_pod_list_multigpu20.csv");
+  auto multigpu = load_replay_trace(testing::openb_path("openb_pod_list_multigpu20.csv"));
   EXPECT_FALSE(multigpu);
 }
 
