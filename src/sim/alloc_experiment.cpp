@@ -17,9 +17,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 }  // namespace
 
@@ -104,6 +102,14 @@ Result<ExperimentResult> run_experiment(const AllocCluster& cluster, const Exper
 
   ExperimentResult out;
   out.tune_percent = spec.tune_percent;
+  for (size_t w = 0; w < nw; ++w) {
+    WorkloadCeiling& ceiling = out.ceilings.emplace_back();
+    ceiling.workload = spec.workloads[w].name;
+    for (size_t s = 0; s < ns; ++s) {
+      ceiling.per_seed.push_back(
+          allocation_ceiling(spec.workloads[w].pods, plans[w * ns + s].order, cluster.gpu_capacity_total()));
+    }
+  }
   for (size_t w = 0; w < nw; ++w) {
     for (size_t p = 0; p < np; ++p) {
       PolicyCurve curve;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/common.h"
+#include "sim/alloc_ceiling.h"
 #include "sim/alloc_cluster.h"
 #include "sim/alloc_run.h"
 #include "sim/alloc_workload.h"
@@ -34,13 +35,20 @@ struct SeedRun {
 
 struct PolicyCurve {
   std::string workload;
-  std::string policy;  // the policy's name(), e.g. "BestFit"
+  std::string policy;         // the policy's name(), e.g. "BestFit"
   std::vector<SeedRun> runs;  // in seed order
   std::vector<int64_t> mean;  // mean over the seeds, hundredths (see mean_curve)
 };
 
+// What no policy that places every pod that fits can exceed, per seed (see alloc_ceiling.h).
+struct WorkloadCeiling {
+  std::string workload;
+  std::vector<AllocationCeiling> per_seed;  // in seed order
+};
+
 struct ExperimentResult {
-  std::vector<PolicyCurve> curves;  // workload-major, then policy, in the spec's order
+  std::vector<PolicyCurve> curves;        // workload-major, then policy, in the spec's order
+  std::vector<WorkloadCeiling> ceilings;  // in the spec's workload order
   int tune_percent = 130;
   double wall_seconds = 0;
 };

@@ -1,11 +1,14 @@
 #include "sim/alloc_report.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <set>
 
 #include "sim/alloc_measure.h"
 #include "sim/csv_reader.h"
@@ -42,6 +45,32 @@ std::string seed_spread(const PolicyCurve& c, int k) {
   double squares = 0;
   for (double v : values) squares += (v - mean) * (v - mean);
   return fmt::format("{:.2f}", std::sqrt(squares / static_cast<double>(values.size() - 1)));
+}
+
+// One line under a workload's table: the mean (and range over the seeds) of what any policy that
+// places every pod that fits could reach by the end, and the pod size that bounds it.
+std::string ceiling_line(const ExperimentResult& result, const std::string& workload) {
+  for (const WorkloadCeiling& c : result.ceilings) {
+    if (c.workload != workload || c.per_seed.empty() || result.curves.empty()) continue;
+    const int64_t capacity = result.curves[0].runs.empty() ? 0 : result.curves[0].runs[0].result.leftovers.capacity;
+    if (capacity <= 0) return "";
+    double sum = 0, low = 1e9, high = -1e9;
+    std::set<int32_t> sizes;
+    for (const AllocationCeiling& s : c.per_seed) {
+      const double pct = 100.0 * static_cast<double>(s.gpu_milli) / static_cast<double>(capacity);
+      sum += pct;
+      low = std::min(low, pct);
+      high = std::max(high, pct);
+      if (s.hole_maker > 0) sizes.insert(s.hole_maker);
+    }
+    std::string why = sizes.empty() ? "the arrived demand and the capacity"
+                                    : fmt::format("the {} milli pods", fmt::join(sizes, " and "));
+    return fmt::format(
+        "\nCeiling for any policy that places every pod that fits: {:.2f}% at the end (seeds {:.2f}..{:.2f}), "
+        "bounded by {}.\n",
+        sum / static_cast<double>(c.per_seed.size()), low, high, why);
+  }
+  return "";
 }
 
 }  // namespace
@@ -110,11 +139,13 @@ std::string summary_markdown(const ExperimentResult& result, const ReferenceCurv
       "GPU allocation (% of cluster GPU capacity) when the arrived GPU demand reaches 100% and {}% of "
       "capacity; mean over {} seed(s); sd = standard deviation over the seeds.",
       top, result.curves.empty() ? 0 : result.curves[0].runs.size());
-  if (reference != nullptr) out += fmt::format(" Reference: `{}`; diff = ours - reference, in points.", reference->source);
+  if (reference != nullptr)
+    out += fmt::format(" Reference: `{}`; diff = ours - reference, in points.", reference->source);
   out += "\n";
   std::string workload;
   for (const PolicyCurve& c : result.curves) {
     if (c.workload != workload) {
+      if (!workload.empty()) out += ceiling_line(result, workload);
       workload = c.workload;
       out += fmt::format("\n## {}\n\n", workload);
       if (reference != nullptr) {
@@ -126,8 +157,8 @@ std::string summary_markdown(const ExperimentResult& result, const ReferenceCurv
     }
     int64_t ours100 = at(c.mean, 100), ours_top = at(c.mean, top);
     if (reference == nullptr) {
-      out += fmt::format("| {} | {} | {} | {} | {} |\n", c.policy, fixed2(ours100), seed_spread(c, 100), fixed2(ours_top),
-                         seed_spread(c, top));
+      out += fmt::format("| {} | {} | {} | {} | {} |\n", c.policy, fixed2(ours100), seed_spread(c, 100),
+                         fixed2(ours_top), seed_spread(c, top));
       continue;
     }
     const std::vector<int64_t>* ref = reference->find(c.workload, c.policy);
@@ -135,10 +166,11 @@ std::string summary_markdown(const ExperimentResult& result, const ReferenceCurv
     auto diff = [](int64_t a, int64_t b) {
       return a == kNoValue || b == kNoValue ? std::string("-") : signed_points(a - b);
     };
-    out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", c.policy, fixed2(ours100), seed_spread(c, 100),
-                       fixed2(ref100), diff(ours100, ref100), fixed2(ours_top), seed_spread(c, top), fixed2(ref_top),
-                       diff(ours_top, ref_top));
+    out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", c.policy, fixed2(ours100),
+                       seed_spread(c, 100), fixed2(ref100), diff(ours100, ref100), fixed2(ours_top),
+                       seed_spread(c, top), fixed2(ref_top), diff(ours_top, ref_top));
   }
+  if (!workload.empty()) out += ceiling_line(result, workload);
   return out;
 }
 
