@@ -14,8 +14,19 @@ bool cannot_fit_after(const Pod& later, const Pod& failed) {
          later.memory_mib >= failed.memory_mib && (later.allowed_models & ~failed.allowed_models) == 0;
 }
 
-int64_t ceiling_for(int32_t size, std::span<const Pod> pods, std::span<const uint32_t> order, int64_t capacity) {
-  const int32_t hole = kGpuMilli - size;
+// Hole makers of one size that accept the same models: counting only these keeps the argument
+// sound on mixed clusters (a maker restricted to one model fails as soon as that model is full,
+// which says nothing about the rest of the cluster).
+struct MakerClass {
+  int32_t size = 0;
+  ModelMask models = kAnyModel;
+  bool operator<(const MakerClass& o) const { return size != o.size ? size < o.size : models < o.models; }
+  bool has(const Pod& pod) const { return pod.num_gpu == 1 && pod.gpu_milli == size && pod.allowed_models == models; }
+};
+
+int64_t ceiling_for(const MakerClass& maker, std::span<const Pod> pods, std::span<const uint32_t> order,
+                    int64_t capacity) {
+  const int32_t hole = kGpuMilli - maker.size;
   int64_t small_pods_milli = 0;
   for (uint32_t index : order) {
     const Pod& pod = pods[index];
@@ -26,7 +37,7 @@ int64_t ceiling_for(int32_t size, std::span<const Pod> pods, std::span<const uin
   int64_t makers = 0;
   for (uint32_t index : order) {
     arrived += pods[index].gpu_request();
-    makers += pods[index].num_gpu == 1 && pods[index].gpu_milli == size;
+    makers += maker.has(pods[index]);
   }
   int64_t best = std::min({capacity, arrived, capacity - hole * makers + small_pods_milli});
 
@@ -34,7 +45,7 @@ int64_t ceiling_for(int32_t size, std::span<const Pod> pods, std::span<const uin
   int64_t makers_before = 0;
   for (size_t t = 0; t < order.size(); ++t) {
     const Pod& failed = pods[order[t]];
-    if (failed.num_gpu == 1 && failed.gpu_milli == size) {
+    if (maker.has(failed)) {
       const int64_t by_holes = capacity - hole * makers_before + small_pods_milli;
       int64_t by_arrivals = arrived_before;
       for (size_t i = t + 1; i < order.size() && by_arrivals < by_holes; ++i) {
@@ -52,17 +63,19 @@ int64_t ceiling_for(int32_t size, std::span<const Pod> pods, std::span<const uin
 }  // namespace
 
 AllocationCeiling allocation_ceiling(std::span<const Pod> pods, std::span<const uint32_t> order, int64_t gpu_capacity) {
-  std::set<int32_t> sizes;
+  std::set<MakerClass> makers;
   for (uint32_t index : order) {
     const Pod& pod = pods[index];
-    if (pod.num_gpu == 1 && pod.gpu_milli > kGpuMilli / 2 && pod.gpu_milli < kGpuMilli) sizes.insert(pod.gpu_milli);
+    if (pod.num_gpu == 1 && pod.gpu_milli > kGpuMilli / 2 && pod.gpu_milli < kGpuMilli) {
+      makers.insert({pod.gpu_milli, pod.allowed_models});
+    }
   }
   int64_t arrived = 0;
   for (uint32_t index : order) arrived += pods[index].gpu_request();
   AllocationCeiling ceiling{std::min(gpu_capacity, arrived), 0};
-  for (int32_t size : sizes) {
-    const int64_t bound = ceiling_for(size, pods, order, gpu_capacity);
-    if (bound < ceiling.gpu_milli) ceiling = {bound, size};
+  for (const MakerClass& maker : makers) {
+    const int64_t bound = ceiling_for(maker, pods, order, gpu_capacity);
+    if (bound < ceiling.gpu_milli) ceiling = {bound, maker.size};
   }
   return ceiling;
 }

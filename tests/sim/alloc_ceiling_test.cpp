@@ -57,6 +57,23 @@ TEST(AllocationCeiling, ALaterPodAskingLessCpuMayStillFit) {
   EXPECT_EQ(allocation_ceiling(less, in_order(3), 2000).gpu_milli, 1800);
 }
 
+// A hole maker that accepts one model only fails when that model is full, which bounds nothing
+// elsewhere; the ceiling comes from the makers that accept any model.
+TEST(AllocationCeiling, MakersRestrictedToOneModelAreJudgedApart) {
+  std::vector<OpenbNode> nodes = {{"a", 64000, 1 << 20, 1, "T4"}, {"b", 64000, 1 << 20, 3, "V100"}};
+  AllocCluster cluster = std::move(AllocCluster::build(nodes).value());
+  const std::vector<std::string> t4 = {"T4"};
+  Pod on_t4 = gpu_pod(800);
+  on_t4.allowed_models = cluster.model_mask(t4);
+  // The second T4-only 800 fails at once; after it, every pod that may go elsewhere still counts.
+  std::vector<Pod> pods = {on_t4, on_t4, gpu_pod(800), gpu_pod(800), gpu_pod(800), gpu_pod(800), gpu_pod(100)};
+  // The four any-model makers: all placed -> 4000 - 4 x 200 + 100 = 3300; the last failing ->
+  // 4000 - 3 x 200 + 100 = 3500 against 4000 arrived before it + the 100 = 4100: 3500; earlier
+  // failures allow less (3300, 2500, 1700). The T4-only pair alone would allow 3900.
+  AllocationCeiling c = allocation_ceiling(pods, in_order(pods.size()), cluster.gpu_capacity_total());
+  EXPECT_EQ(c.gpu_milli, 3500);
+}
+
 // The best final allocation over every policy that places each pod somewhere when it fits
 // anywhere: every feasible node and, for a sharing pod, every GPU with room.
 int64_t best_over_all_policies(AllocCluster& cluster, std::span<const Pod> pods, size_t next) {
@@ -90,12 +107,15 @@ TEST(AllocationCeiling, NoPolicyExceedsItOnTinyRandomClusters) {
   int tight = 0;
   for (int round = 0; round < 300; ++round) {
     std::vector<OpenbNode> nodes = {{"a", 6000 + 2000 * (round % 3), 1 << 20, 2, "T4"},
-                                    {"b", 8000, 1 << 20, 1 + round % 2, "T4"}};
+                                    {"b", 8000, 1 << 20, 1 + round % 2, round % 4 == 0 ? "V100" : "T4"}};
     AllocCluster cluster = std::move(AllocCluster::build(nodes).value());
+    const std::vector<std::string> t4 = {"T4"};
+    const ModelMask specs[] = {kAnyModel, kAnyModel, cluster.model_mask(t4)};
     std::vector<Pod> pods;
     for (int i = 0; i < 7; ++i) {
-      int milli = sizes[rng() % std::size(sizes)];
-      pods.push_back(gpu_pod(milli, 1000 + 1000 * static_cast<int>(rng() % 3)));
+      Pod pod = gpu_pod(sizes[rng() % std::size(sizes)], 1000 + 1000 * static_cast<int>(rng() % 3));
+      pod.allowed_models = specs[rng() % std::size(specs)];
+      pods.push_back(pod);
     }
     const int64_t best = best_over_all_policies(cluster, pods, 0);
     const AllocationCeiling ceiling = allocation_ceiling(pods, in_order(pods.size()), cluster.gpu_capacity_total());
