@@ -34,6 +34,7 @@ Result<ExperimentResult> run_experiment(const AllocCluster& cluster, const Exper
   for (const std::string& key : spec.policies) {
     auto policy = registry.make(key, spec.workloads[0]);
     if (!policy) return policy.error();
+    if (auto accepted = (*policy)->accepts(cluster); !accepted) return accepted.error();
     names.emplace_back((*policy)->name());
   }
   const auto start = Clock::now();

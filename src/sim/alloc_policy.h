@@ -8,6 +8,7 @@
 #include <span>
 #include <string_view>
 
+#include "common/common.h"
 #include "sim/alloc_cluster.h"
 
 namespace cnlab::sim {
@@ -27,6 +28,13 @@ class AllocPolicy {
 
   // The name reports and charts use ("BestFit", "FGD", "CNLab", ...).
   virtual std::string_view name() const = 0;
+
+  // Whether the policy can run on `cluster` at all; the error names what it cannot handle. Asked
+  // once before any run, so a bad cluster is refused instead of ending a run half-way.
+  virtual Status accepts(const AllocCluster& cluster) const {
+    (void)cluster;
+    return {};
+  }
 
   // Before the first pod of a run; `cluster` is empty and its ranks are set.
   virtual void reset(const AllocCluster& cluster, const RunContext& context) {

@@ -83,9 +83,12 @@ void run_alloc(const AllocFlags& given, const PolicyRegistry& registry, const st
   struct {
     std::string nodes, policies, seeds, threads, out, reference;
     std::vector<std::string> pods;
-  } flags{single("--nodes", given.nodes),     single("--policies", given.policies),
-          single("--seeds", given.seeds, "42-51"), single("--threads", given.threads),
-          single("--out", given.out),         single("--reference", given.reference),
+  } flags{single("--nodes", given.nodes),
+          single("--policies", given.policies),
+          single("--seeds", given.seeds, "42-51"),
+          single("--threads", given.threads),
+          single("--out", given.out),
+          single("--reference", given.reference),
           given.pods};
   if (flags.nodes.empty()) fail(kBadInput, Error::invalid_argument("--nodes", "", "required: the node list CSV"));
   if (flags.pods.empty()) fail(kBadInput, Error::invalid_argument("--pods", "", "required: one or more pod list CSVs"));
@@ -114,8 +117,8 @@ void run_alloc(const AllocFlags& given, const PolicyRegistry& registry, const st
     std::string name = workload_name(path);
     for (const Workload& w : spec.workloads) {
       if (w.name == name) {
-        fail(kBadInput, Error::invalid_argument("--pods", path,
-                                                fmt::format("two pod files share the workload name {}; rename one", name)));
+        fail(kBadInput, Error::invalid_argument(
+                            "--pods", path, fmt::format("two pod files share the workload name {}; rename one", name)));
       }
     }
     auto workload = make_workload(name, *pods, *cluster);
@@ -148,10 +151,11 @@ void run_alloc(const AllocFlags& given, const PolicyRegistry& registry, const st
   spec.progress = [&bar](size_t done, size_t total) { bar.update(done, total); };
   auto result = run_experiment(*cluster, spec, registry);
   bar.finish();
-  if (!result) fail(kInternalFailure, result.error());
+  if (!result) fail(result.error().code == ErrorCode::kInvalidArgument ? kBadInput : kInternalFailure, result.error());
 
   const std::filesystem::path out(flags.out);
-  const std::string summary = summary_markdown(*result, reference ? &*reference : nullptr) + leftovers_markdown(*result);
+  const std::string summary =
+      summary_markdown(*result, reference ? &*reference : nullptr) + leftovers_markdown(*result);
   const std::pair<std::string, std::string> files[] = {
       {(out / "allocation_curves.csv").string(), curves_csv(*result)},
       {(out / "allocation.svg").string(), allocation_svg(*result)},
@@ -171,7 +175,8 @@ void run_alloc(const AllocFlags& given, const PolicyRegistry& registry, const st
     for (size_t i = p; i < result->curves.size(); i += spec.policies.size()) {
       for (const SeedRun& run : result->curves[i].runs) sum += run.seconds, max = std::max(max, run.seconds), ++count;
     }
-    std::printf("%s %s %.3f, %.3f", p == 0 ? "" : ";", result->curves[p].policy.c_str(), sum / static_cast<double>(count), max);
+    std::printf("%s %s %.3f, %.3f", p == 0 ? "" : ";", result->curves[p].policy.c_str(),
+                sum / static_cast<double>(count), max);
   }
   std::printf("\n");
   std::printf("\n%zu runs in %.1f s on %d thread(s); wrote %s, %s, %s, %s\n", runs, result->wall_seconds, spec.threads,
@@ -182,8 +187,9 @@ void run_alloc(const AllocFlags& given, const PolicyRegistry& registry, const st
 
 Result<std::vector<uint64_t>> parse_seed_list(std::string_view text, std::string_view field) {
   auto bad = [&](std::string why) {
-    return Error::invalid_argument(std::string(field), std::string(text),
-                                   why + "; expected A-B (A <= B) or a comma list such as 42,43,50-51 of whole numbers >= 0");
+    return Error::invalid_argument(
+        std::string(field), std::string(text),
+        why + "; expected A-B (A <= B) or a comma list such as 42,43,50-51 of whole numbers >= 0");
   };
   std::vector<uint64_t> seeds;
   if (trim(text).empty()) return bad("no seeds");
@@ -198,7 +204,8 @@ Result<std::vector<uint64_t>> parse_seed_list(std::string_view text, std::string
     if (*lo > *hi) return bad(fmt::format("range \"{}\" runs backwards", part));
     if (static_cast<uint64_t>(*hi - *lo) >= kMaxSeeds) return bad(fmt::format("more than {} seeds", kMaxSeeds));
     for (int64_t s = *lo; s <= *hi; ++s) {
-      if (std::find(seeds.begin(), seeds.end(), static_cast<uint64_t>(s)) == seeds.end()) seeds.push_back(static_cast<uint64_t>(s));
+      if (std::find(seeds.begin(), seeds.end(), static_cast<uint64_t>(s)) == seeds.end())
+        seeds.push_back(static_cast<uint64_t>(s));
       if (seeds.size() > kMaxSeeds) return bad(fmt::format("more than {} seeds", kMaxSeeds));
     }
   }
@@ -219,11 +226,11 @@ void add_sim_commands(CLI::App& app, PolicyRegistry registry) {
   add_text_flag(alloc, "--nodes", flags->nodes, "Node list CSV (sn,cpu_milli,memory_mib,gpu,model)");
   add_text_flag(alloc, "--pods", flags->pods, "Pod list CSV; repeat for more workloads");
   add_text_flag(alloc, "--policies", flags->policies,
-              "Comma list of policies (default: " + join(shared_registry->keys(), ",") + ")");
+                "Comma list of policies (default: " + join(shared_registry->keys(), ",") + ")");
   add_text_flag(alloc, "--seeds", flags->seeds, "Seeds: A-B or a comma list (default 42-51)");
   add_text_flag(alloc, "--threads", flags->threads, "Worker threads (default: the machine's cores)");
   add_text_flag(alloc, "--reference", flags->reference,
-              "Reference curves CSV (default: reference_allocation_curves.csv beside a pod file, if any)");
+                "Reference curves CSV (default: reference_allocation_curves.csv beside a pod file, if any)");
   add_text_flag(alloc, "--out", flags->out, "Output directory (created if needed)");
   alloc->callback([alloc, flags, shared_registry] { run_alloc(*flags, *shared_registry, alloc->remaining()); });
 

@@ -1,7 +1,7 @@
 #include "sim/sim_command.h"
 
-#include <gmock/gmock.h>
 #include <fmt/format.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -19,7 +19,6 @@ using testing::Outcome;
 using testing::run_cli;
 using testing::write;
 
-
 class SimCommand : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -31,7 +30,8 @@ class SimCommand : public ::testing::Test {
     write(dir_.file("tiny.csv"), pods);
   }
   std::vector<std::string> base() const {
-    return {"sim", "alloc", "--nodes", dir_.file("nodes.csv"), "--pods", dir_.file("tiny.csv"), "--out", dir_.file("out")};
+    return {"sim",   "alloc",         "--nodes", dir_.file("nodes.csv"), "--pods", dir_.file("tiny.csv"),
+            "--out", dir_.file("out")};
   }
   test_support::TempDir dir_;
 };
@@ -49,6 +49,22 @@ TEST_F(SimCommand, WritesTheCurvesChartAndSummary) {
   text << csv.rdbuf();
   EXPECT_THAT(text.str(), HasSubstr("\ntiny,BestFit,3,"));
   EXPECT_THAT(text.str(), HasSubstr("\ntiny,FGD,3,"));
+}
+
+// "V100" is a name the baselines take as is; the CNLab policy needs catalog models (v100m16 or
+// v100m32) and says so before anything runs, instead of stopping half-way.
+TEST_F(SimCommand, AModelOutsideTheCatalogIsRefusedForCnlabOnly) {
+  auto args = base();
+  args.insert(args.end(), {"--seeds", "1", "--policies", "fgd,cnlab"});
+  Outcome out = run_cli(args);
+  EXPECT_EQ(out.code, 2);
+  EXPECT_THAT(out.err, HasSubstr("node n1: model \"V100\": not in the GPU catalog"));
+  EXPECT_THAT(out.err, HasSubstr("v100m32"));
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() / "out" / "summary.md"));
+
+  auto baselines = base();
+  baselines.insert(baselines.end(), {"--seeds", "1", "--policies", "fgd"});
+  EXPECT_EQ(run_cli(baselines).code, 0);
 }
 
 TEST_F(SimCommand, BadSeedsExitWithTwoAndSayWhatIsAllowed) {
@@ -70,19 +86,20 @@ TEST_F(SimCommand, UnknownPolicyListsTheValidOnes) {
 }
 
 TEST_F(SimCommand, MissingAndMalformedFilesNameTheFile) {
-  Outcome missing = run_cli({"sim", "alloc", "--nodes", dir_.file("nope.csv"), "--pods", dir_.file("tiny.csv"), "--out",
-                             dir_.file("out")});
+  Outcome missing = run_cli(
+      {"sim", "alloc", "--nodes", dir_.file("nope.csv"), "--pods", dir_.file("tiny.csv"), "--out", dir_.file("out")});
   EXPECT_EQ(missing.code, 2);
   EXPECT_THAT(missing.err, HasSubstr(dir_.file("nope.csv")));
   write(dir_.file("bad.csv"), "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,1,1,1,2000\n");
-  Outcome bad = run_cli({"sim", "alloc", "--nodes", dir_.file("nodes.csv"), "--pods", dir_.file("bad.csv"), "--out",
-                         dir_.file("out")});
+  Outcome bad = run_cli(
+      {"sim", "alloc", "--nodes", dir_.file("nodes.csv"), "--pods", dir_.file("bad.csv"), "--out", dir_.file("out")});
   EXPECT_EQ(bad.code, 2);
   EXPECT_THAT(bad.err, HasSubstr(dir_.file("bad.csv") + ":2:gpu_milli \"2000\""));
 }
 
 TEST_F(SimCommand, MissingRequiredFlagsUnknownFlagsAndBadThreadsExitWithTwo) {
-  EXPECT_THAT(run_cli({"sim", "alloc", "--pods", dir_.file("tiny.csv"), "--out", dir_.file("o")}).err, HasSubstr("--nodes"));
+  EXPECT_THAT(run_cli({"sim", "alloc", "--pods", dir_.file("tiny.csv"), "--out", dir_.file("o")}).err,
+              HasSubstr("--nodes"));
   EXPECT_EQ(run_cli({"sim", "alloc", "--pods", dir_.file("tiny.csv"), "--out", dir_.file("o")}).code, 2);
   auto args = base();
   args.push_back("--colour");
@@ -106,8 +123,7 @@ TEST_F(SimCommand, MissingRequiredFlagsUnknownFlagsAndBadThreadsExitWithTwo) {
 }
 
 TEST(SeedList, AcceptsRangesAndListsAndRejectsTheRest) {
-  EXPECT_EQ(*parse_seed_list("42-51", "--seeds"),
-            (std::vector<uint64_t>{42, 43, 44, 45, 46, 47, 48, 49, 50, 51}));
+  EXPECT_EQ(*parse_seed_list("42-51", "--seeds"), (std::vector<uint64_t>{42, 43, 44, 45, 46, 47, 48, 49, 50, 51}));
   EXPECT_EQ(*parse_seed_list("1,5, 7-8,5", "--seeds"), (std::vector<uint64_t>{1, 5, 7, 8}));
   EXPECT_EQ(*parse_seed_list("0", "--seeds"), std::vector<uint64_t>{0});
   for (const char* bad : {"", "a-b", "5-1", "-3", "1,,2", "0-99999999"}) {

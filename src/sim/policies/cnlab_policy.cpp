@@ -1,6 +1,23 @@
 #include "sim/policies/cnlab_policy.h"
 
+#include <fmt/format.h>
+
 namespace cnlab::sim {
+
+Status CnlabPolicy::accepts(const AllocCluster& cluster) const {
+  // The scheduler knows GPUs by catalog model (memory, MIG profiles); the baselines need only names.
+  for (NodeIndex n = 0; n < cluster.node_count(); ++n) {
+    if (cluster.gpu_count(n) == 0) continue;
+    const std::string& name = cluster.model_names()[static_cast<size_t>(cluster.model(n))];
+    if (!model::find_model(name)) {
+      return Error::invalid_argument(fmt::format("nodes: node {}: model", cluster.node_name(n)), name,
+                                     fmt::format("not in the GPU catalog, which the CNLab policy needs; known models: "
+                                                 "{} (the baselines run without it)",
+                                                 model::model_names()));
+    }
+  }
+  return {};
+}
 
 std::vector<model::Node> CnlabPolicy::nodes_of(const AllocCluster& cluster) {
   std::vector<model::ModelId> model_ids;
@@ -18,8 +35,8 @@ std::vector<model::Node> CnlabPolicy::nodes_of(const AllocCluster& cluster) {
     node.simulated = true;
     for (int g = 0; g < cluster.gpu_count(n); ++g) {
       model::ModelId m = model_ids[cluster.model(n)];
-      node.gpus.push_back({g, node.meta.name + "-gpu" + std::to_string(g), m, model::gpu_model(m).memory_mib, true,
-                           false, {}});
+      node.gpus.push_back(
+          {g, node.meta.name + "-gpu" + std::to_string(g), m, model::gpu_model(m).memory_mib, true, false, {}});
     }
   }
   return nodes;
@@ -33,9 +50,7 @@ model::JobSpec CnlabPolicy::spec_of(const Pod& pod, const AllocCluster& cluster)
   spec.memory_mib = pod.memory_mib;
   model::SliceRequest& gpu = spec.gpu;
   switch (pod.kind()) {
-    case PodKind::kCpuOnly:
-      gpu = {model::SliceKind::kNone, 0, 0, 0, -1, std::nullopt};
-      break;
+    case PodKind::kCpuOnly: gpu = {model::SliceKind::kNone, 0, 0, 0, -1, std::nullopt}; break;
     case PodKind::kSharing:
       gpu.kind = model::SliceKind::kBlocks;
       gpu.blocks = (pod.gpu_milli + 9) / 10;  // 1 block = 10 milli; rounding up never over-grants

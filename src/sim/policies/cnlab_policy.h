@@ -25,12 +25,15 @@ class CnlabPolicy : public AllocPolicy {
   }
 
   std::string_view name() const override { return "CNLab"; }
+  // Every GPU model of the cluster must be in the catalog.
+  Status accepts(const AllocCluster& cluster) const override;
   void reset(const AllocCluster& cluster, const RunContext& context) override;
   void on_arrival(const Pod& pod) override;
   std::optional<Choice> place(const Pod& pod, const AllocCluster& cluster,
                               std::span<const NodeIndex> feasible) override;
 
-  // The translations, public so tests can build the same snapshot for sched::run_cycle.
+  // The translations, public so tests can build the same snapshot for sched::run_cycle. nodes_of
+  // needs a cluster the policy accepts.
   static std::vector<model::Node> nodes_of(const AllocCluster& cluster);
   static model::JobSpec spec_of(const Pod& pod, const AllocCluster& cluster);
 
