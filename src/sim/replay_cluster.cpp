@@ -10,8 +10,7 @@
 namespace cnlab::sim {
 namespace {
 
-constexpr std::string_view kSpecHelp =
-    "expected COUNT:MODELxGPUS[,COUNT:MODELxGPUS...] such as 300:h100x8,20:l4x2";
+constexpr std::string_view kSpecHelp = "expected COUNT:MODELxGPUS[,COUNT:MODELxGPUS...] such as 300:h100x8,20:l4x2";
 
 std::string with_commas(int64_t value) {
   std::string digits = std::to_string(value);
@@ -75,15 +74,9 @@ Result<std::vector<model::Node>> parse_cluster_spec(std::string_view spec, const
 }
 
 Result<std::vector<model::Node>> nodes_from_openb(const std::vector<OpenbNode>& list, std::string_view label) {
-  // CnlabPolicy::nodes_of requires every model to be in the catalog; say which node is not.
-  for (const OpenbNode& node : list) {
-    if (node.gpu > 0 && !model::find_model(node.model)) {
-      return Error::invalid_argument(fmt::format("{}: node {}: model", label, node.sn), node.model,
-                                     fmt::format("unknown GPU model; known models: {}", model::model_names()));
-    }
-  }
   auto cluster = AllocCluster::build(list);
   if (!cluster) return cluster.error();
+  if (auto known = CnlabPolicy::catalog_models(*cluster, label); !known) return known.error();
   return CnlabPolicy::nodes_of(*cluster);
 }
 

@@ -4,19 +4,21 @@
 
 namespace cnlab::sim {
 
-Status CnlabPolicy::accepts(const AllocCluster& cluster) const {
+Status CnlabPolicy::catalog_models(const AllocCluster& cluster, std::string_view label) {
   // The scheduler knows GPUs by catalog model (memory, MIG profiles); the baselines need only names.
   for (NodeIndex n = 0; n < cluster.node_count(); ++n) {
     if (cluster.gpu_count(n) == 0) continue;
     const std::string& name = cluster.model_names()[static_cast<size_t>(cluster.model(n))];
     if (!model::find_model(name)) {
-      return Error::invalid_argument(fmt::format("nodes: node {}: model", cluster.node_name(n)), name,
-                                     fmt::format("not in the GPU catalog, which the CNLab policy needs; known models: "
-                                                 "{} (the baselines run without it)",
-                                                 model::model_names()));
+      return Error::invalid_argument(fmt::format("{}: node {}: model", label, cluster.node_name(n)), name,
+                                     fmt::format("not in the GPU catalog; known models: {}", model::model_names()));
     }
   }
   return {};
+}
+
+Status CnlabPolicy::accepts(const AllocCluster& cluster) const {
+  return catalog_models(cluster, "nodes (the CNLab policy needs catalog models; the baselines do not)");
 }
 
 std::vector<model::Node> CnlabPolicy::nodes_of(const AllocCluster& cluster) {

@@ -32,8 +32,10 @@ class CnlabPolicy : public AllocPolicy {
   std::optional<Choice> place(const Pod& pod, const AllocCluster& cluster,
                               std::span<const NodeIndex> feasible) override;
 
+  // Fails naming the first node whose GPU model is not in the catalog; `label` names the node list.
+  static Status catalog_models(const AllocCluster& cluster, std::string_view label);
   // The translations, public so tests can build the same snapshot for sched::run_cycle. nodes_of
-  // needs a cluster the policy accepts.
+  // needs a cluster catalog_models accepts.
   static std::vector<model::Node> nodes_of(const AllocCluster& cluster);
   static model::JobSpec spec_of(const Pod& pod, const AllocCluster& cluster);
 
