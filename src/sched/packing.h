@@ -30,17 +30,18 @@ class PlacementScorer {
 //
 // For each typical request shape m of the workload (learned from arrivals, weight w_m), a node can
 // still serve some number of such requests: as many as its GPUs' free blocks hold (per partition,
-// floor(free / blocks_m)), or its free whole GPUs hold, and as its free CPU holds. What that number
-// times the request's size leaves of the node's free GPU capacity is fragmentation for m: capacity
-// that is free but that m cannot use. A place costs the expected capacity it makes unusable:
-//     cost = sum_m w_m * (usable_m(node before) - usable_m(node after))
+// floor(free / blocks_m)), or its free whole GPUs hold, and as its free CPU and memory hold. What
+// that number times the request's size leaves of the node's free GPU capacity is fragmentation for
+// m: capacity that is free but that m cannot use. A place costs the expected capacity it makes
+// unusable, dearer for shapes that accept few of the cluster's GPUs (s_m = all GPUs / GPUs of the
+// models m accepts; 1 for a shape that takes any model), whose capacity cannot be found elsewhere:
+//     cost = sum_m w_m * s_m * (usable_m(node before) - usable_m(node after))
 // This is the fragmentation gradient of FGD (Weng et al., ATC'23), measured with the request counts
-// a node can actually hold, host CPU included, instead of FGD's per-GPU test. One more term prices
-// the mix rather than one shape at a time: GPU capacity a node's free CPU cannot feed at the arrived
-// GPU jobs' average CPU per block is stranded; a place that strands more pays twice for it. So a
-// CPU-only job goes where CPU is plentiful, and a CPU-hungry one does not starve a node's GPUs.
-// Ties go to the tightest fit, then to busy nodes (an idle node stays idle for power-down and whole
-// for gangs).
+// a node can actually hold, host CPU and memory included, instead of FGD's per-GPU test. One more
+// term prices the mix rather than one shape at a time: GPU capacity a node's free CPU or memory
+// cannot feed at the arrived GPU jobs' average CPU and memory per block is stranded; a place that strands more pays
+// twice for it. So a CPU-only job goes where CPU is plentiful, and a CPU-hungry one does not starve a node's GPUs. Ties
+// go to the tightest fit, then to busy nodes (an idle node stays idle for power-down and whole for gangs).
 class PackingScorer final : public PlacementScorer {
  public:
   // `profile` may be null or empty: then only the tie-breakers decide (tightest fit, busy nodes).
@@ -59,8 +60,12 @@ class PackingScorer final : public PlacementScorer {
 
   const WorkloadProfile* profile_;
   mutable std::vector<NodeSlots> cache_;
-  mutable std::vector<double> inverse_cpu_;  // 1 / cpu of each typical shape
-  mutable uint64_t inverse_cpu_version_ = UINT64_MAX;
+  // Per typical shape, for the profile version they were computed at: 1 / its CPU, and the cluster's
+  // GPUs over the GPUs of the models it accepts.
+  void refresh_shape_constants(const ClusterState& state) const;
+  mutable std::vector<double> inverse_cpu_;
+  mutable std::vector<double> scarcity_;
+  mutable uint64_t shape_constants_version_ = UINT64_MAX;
 };
 
 }  // namespace cnlab::sched

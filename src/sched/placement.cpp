@@ -1,6 +1,7 @@
 #include "sched/placement.h"
 
 #include <algorithm>
+#include <array>
 
 namespace cnlab::sched {
 
@@ -11,6 +12,7 @@ struct PlacementSearch::Best {
   uint32_t hold_rejections = 0;
   int limit = 1;
   std::vector<PartUse> scratch;
+  std::vector<uint32_t> seen;  // whole-GPU entries the first pass scored
 
   bool full() const { return feasible >= limit; }
   // Counts a feasible candidate and keeps it when it beats the best so far (built only then). The
@@ -50,7 +52,8 @@ model::ModelMask present_models(const ClusterState& state, model::ModelMask want
 }  // namespace
 
 // Whether a block slice of `shape` fits partition `p` now; fills `use` when it does.
-bool PlacementSearch::block_fits(const JobShape& shape, uint32_t p, Time now, Time end, Best& best, PartUse& use) const {
+bool PlacementSearch::block_fits(const JobShape& shape, uint32_t p, Time now, Time end, Best& best,
+                                 PartUse& use) const {
   const PartitionState& part = state_.partition(p);
   if (!host_fits(part.node, shape.cpu_milli, shape.memory_mib)) return false;
   int64_t mem = shape.vram_mib >= 0 ? shape.vram_mib : state_.default_mem(part, shape.blocks);
@@ -62,18 +65,41 @@ bool PlacementSearch::block_fits(const JobShape& shape, uint32_t p, Time now, Ti
 void PlacementSearch::score_block(const JobShape& shape, const PartUse& use, Best& best) const {
   const PartitionState& part = state_.partition(use.partition);
   CandidateView view{part.node, {&use, 1}, shape.cpu_milli, shape.memory_mib, part.empty() ? 1 : 0, 0};
-  best.consider(scorer_.cost(state_, shape, view),
-                [&] { return PlannedNode{part.node, shape.cpu_milli, shape.memory_mib, {use}}; });
+  best.consider(scorer_.cost(state_, shape, view), [&] {
+    return PlannedNode{part.node, shape.cpu_milli, shape.memory_mib, {use}};
+  });
 }
 
 void PlacementSearch::blocks(const JobShape& shape, Time now, Time end, Best& best) const {
+  // Inside a bucket the models take turns, so the candidate limit samples every model the request
+  // accepts, not only the first one in catalog order.
+  struct Cursor {
+    const IndexSet* bucket;
+    uint32_t next;
+  };
+  std::array<Cursor, model::kMaxModels> cursors;
   model::ModelMask models = present_models(state_, shape.models);
   PartUse use;
   for (int b = shape.blocks; b <= model::kBlocksPerGpu && !best.full(); ++b) {
-    for (model::ModelMask rest = models; rest != 0 && !best.full(); rest &= rest - 1) {
+    size_t open = 0;
+    for (model::ModelMask rest = models; rest != 0; rest &= rest - 1) {
       const IndexSet& bucket = state_.bucket(static_cast<model::ModelId>(__builtin_ctz(rest)), b);
-      for (uint32_t p = bucket.first(); p != IndexSet::kEnd && !best.full(); p = bucket.next(p + 1)) {
-        if (block_fits(shape, p, now, end, best, use)) score_block(shape, use, best);
+      cursors[open++] = {&bucket, bucket.first()};
+    }
+    while (open > 0 && !best.full()) {
+      for (size_t i = 0; i < open && !best.full();) {
+        Cursor& c = cursors[i];
+        while (c.next != IndexSet::kEnd) {
+          uint32_t p = c.next;
+          c.next = c.bucket->next(p + 1);
+          if (!block_fits(shape, p, now, end, best, use)) continue;
+          score_block(shape, use, best);
+          break;
+        }
+        if (c.next == IndexSet::kEnd)
+          cursors[i] = cursors[--open];  // exhausted: drop it
+        else
+          ++i;
       }
     }
   }
@@ -89,8 +115,10 @@ void PlacementSearch::blocks_on_node(const JobShape& shape, uint32_t node, Time 
   };
   for (uint32_t g = n.gpu_begin; g < n.gpu_end; ++g) {
     const GpuState& gpu = state_.gpu(g);
-    if (gpu.whole != kNone) consider(gpu.whole);
-    else for (uint32_t p : state_.mig_gpu(gpu.mig).partitions) consider(p);
+    if (gpu.whole != kNone)
+      consider(gpu.whole);
+    else
+      for (uint32_t p : state_.mig_gpu(gpu.mig).partitions) consider(p);
   }
 }
 
@@ -112,21 +140,41 @@ void PlacementSearch::whole_on_node(const JobShape& shape, uint32_t node, model:
   if (static_cast<int>(best.scratch.size()) < shape.gpu_count) return;
   if (!calendar_allows(node, now, end, shape.cpu_milli, shape.memory_mib, best.scratch, best)) return;
   CandidateView view{node, best.scratch, shape.cpu_milli, shape.memory_mib, shape.gpu_count, 0};
-  best.consider(scorer_.cost(state_, shape, view),
-                [&] { return PlannedNode{node, shape.cpu_milli, shape.memory_mib, best.scratch}; });
+  best.consider(scorer_.cost(state_, shape, view), [&] {
+    return PlannedNode{node, shape.cpu_milli, shape.memory_mib, best.scratch};
+  });
 }
 
 void PlacementSearch::whole_single(const JobShape& shape, Time now, Time end, Best& best) const {
   model::ModelMask models = present_models(state_, shape.models);
-  // Fewest free whole GPUs first: fill partly used nodes and keep empty ones whole.
-  for (int count = std::min(shape.gpu_count, ClusterState::kWholeBuckets - 1);
-       count < ClusterState::kWholeBuckets && !best.full(); ++count) {
-    for (model::ModelMask rest = models; rest != 0 && !best.full(); rest &= rest - 1) {
-      auto m = static_cast<model::ModelId>(__builtin_ctz(rest));
-      if (state_.max_gpus_per_node(m) < shape.gpu_count) continue;
-      const IndexSet& bucket = state_.whole_bucket(m, count);
-      for (uint32_t e = bucket.first(); e != IndexSet::kEnd && !best.full(); e = bucket.next(e + 1)) {
-        whole_on_node(shape, state_.whole_entry_node(e), m, now, end, best);
+  // Fewest free whole GPUs first: fill partly used nodes and keep empty ones whole. A first pass
+  // gives each model an equal share of the candidate limit, so the scorer weighs the tightest nodes
+  // of every model (not only those of the model that comes first); a second pass fills the rest.
+  int usable = 0;
+  for (model::ModelMask rest = models; rest != 0; rest &= rest - 1) {
+    usable += state_.max_gpus_per_node(static_cast<model::ModelId>(__builtin_ctz(rest))) >= shape.gpu_count;
+  }
+  const int share = std::max(1, (best.limit + usable - 1) / std::max(1, usable));
+  std::array<int, model::kMaxModels> scored{};
+  std::vector<uint32_t>& seen = best.seen;
+  seen.clear();
+  for (int pass = 0; pass < 2 && !best.full(); ++pass) {
+    for (int count = std::min(shape.gpu_count, ClusterState::kWholeBuckets - 1);
+         count < ClusterState::kWholeBuckets && !best.full(); ++count) {
+      for (model::ModelMask rest = models; rest != 0 && !best.full(); rest &= rest - 1) {
+        auto m = static_cast<model::ModelId>(__builtin_ctz(rest));
+        if (state_.max_gpus_per_node(m) < shape.gpu_count) continue;
+        const IndexSet& bucket = state_.whole_bucket(m, count);
+        for (uint32_t e = bucket.first(); e != IndexSet::kEnd && !best.full(); e = bucket.next(e + 1)) {
+          if (pass == 0 && scored[m] >= share) break;
+          if (pass == 1 && std::find(seen.begin(), seen.end(), e) != seen.end()) continue;
+          int before = best.feasible;
+          whole_on_node(shape, state_.whole_entry_node(e), m, now, end, best);
+          if (pass == 0 && best.feasible > before) {
+            ++scored[m];
+            seen.push_back(e);
+          }
+        }
       }
     }
   }
@@ -146,8 +194,8 @@ void PlacementSearch::whole_multi(const JobShape& shape, Time now, Time end, Bes
         uint32_t node = state_.whole_entry_node(e);
         const NodeState& n = state_.node(node);
         PlannedNode planned{node, 0, 0, {}};
-        for (uint32_t g = n.gpu_begin; g < n.gpu_end && gathered + static_cast<int>(planned.uses.size()) <
-                                                              shape.gpu_count; ++g) {
+        for (uint32_t g = n.gpu_begin;
+             g < n.gpu_end && gathered + static_cast<int>(planned.uses.size()) < shape.gpu_count; ++g) {
           const GpuState& gpu = state_.gpu(g);
           if (gpu.model != m || gpu.whole == kNone || !gpu.healthy || !state_.partition(gpu.whole).empty()) continue;
           planned.uses.push_back({gpu.whole, model::kBlocksPerGpu, state_.partition(gpu.whole).total_mem});
@@ -233,8 +281,9 @@ void PlacementSearch::host_only(const JobShape& shape, Time now, Time end, uint3
     if (!state_.node(n).schedulable || !host_fits(n, shape.cpu_milli, shape.memory_mib)) continue;
     if (!calendar_allows(n, now, end, shape.cpu_milli, shape.memory_mib, {}, best)) continue;
     CandidateView view{n, {}, shape.cpu_milli, shape.memory_mib, 0, 0};
-    best.consider(scorer_.cost(state_, shape, view),
-                  [&] { return PlannedNode{n, shape.cpu_milli, shape.memory_mib, {}}; });
+    best.consider(scorer_.cost(state_, shape, view), [&] {
+      return PlannedNode{n, shape.cpu_milli, shape.memory_mib, {}};
+    });
   }
 }
 

@@ -76,14 +76,43 @@ TEST(Packing, CpuHungryJobGoesWhereCpuIsPlentiful) {
   // would leave lean's other GPUs without CPU for the 10-core jobs that arrive.
   std::vector<model::Job> jobs = {pending_job("hungry", "h100", {.cpu_milli = 40000, .submitted_ago = kDay})};
   for (int i = 0; i < 30; ++i) {
-    jobs.push_back(running_job("w" + std::to_string(i), "h100", i < 15 ? "lean" : "rich", {whole_gpu(8 + i % 15)}, kHour,
-                               {.cpu_milli = 10000}));
+    jobs.push_back(running_job("w" + std::to_string(i), "h100", i < 15 ? "lean" : "rich", {whole_gpu(8 + i % 15)},
+                               kHour, {.cpu_milli = 10000}));
   }
   auto lean = gpu_node("lean", "h100", 23, 12000 * 8 + 150000);
   auto rich = gpu_node("rich", "h100", 23, 50000 * 8 + 150000);
   auto r = run_cycle(snapshot_of({lean, rich}, jobs), {});
   ASSERT_TRUE(placed(r, 0));
   EXPECT_EQ(placement_of(r, 0)->nodes[0].node, 1u);
+}
+
+TEST(Packing, MemoryHungryJobGoesWhereMemoryIsPlentiful) {
+  // As above with host memory: 64 GiB per GPU job; "lean" has exactly that per free GPU, "rich" five
+  // times it. The 200 GiB job would leave lean's other GPUs without memory for the jobs that arrive.
+  constexpr int64_t kGi = 1024;
+  std::vector<model::Job> jobs = {pending_job("hungry", "h100", {.memory_mib = 200 * kGi, .submitted_ago = kDay})};
+  for (int i = 0; i < 30; ++i) {
+    jobs.push_back(running_job("w" + std::to_string(i), "h100", i < 15 ? "lean" : "rich", {whole_gpu(8 + i % 15)},
+                               kHour, {.memory_mib = 64 * kGi}));
+  }
+  auto lean = gpu_node("lean", "h100", 23, 1'000'000, 64 * kGi * 8 + 15 * 64 * kGi);
+  auto rich = gpu_node("rich", "h100", 23, 1'000'000, 320 * kGi * 8 + 15 * 64 * kGi);
+  auto r = run_cycle(snapshot_of({lean, rich}, jobs), {});
+  ASSERT_TRUE(placed(r, 0));
+  EXPECT_EQ(placement_of(r, 0)->nodes[0].node, 1u);
+}
+
+TEST(Packing, GpusOfAScarceModelAreKeptForTheJobsThatNeedThem) {
+  // Two L4s and sixteen H100s. Two waiting jobs accept only an L4, six only an H100. A job that takes
+  // any GPU goes first: on an L4 it would leave an L4 job without a GPU; an H100 is the cheaper loss
+  // although more jobs ask for H100s, because there are eight times as many of them.
+  std::vector<model::Job> jobs = {pending_job("any", "any", {.priority_class = "production"})};
+  for (int i = 0; i < 2; ++i) jobs.push_back(pending_job("l4-" + std::to_string(i), "l4"));
+  for (int i = 0; i < 6; ++i) jobs.push_back(pending_job("h100-" + std::to_string(i), "h100"));
+  auto r = run_cycle(snapshot_of({gpu_node("l4-node", "l4", 2), gpu_node("h100-node", "h100", 16)}, jobs), {});
+  ASSERT_TRUE(placed(r, 0));
+  EXPECT_EQ(placement_of(r, 0)->nodes[0].node, 1u);
+  EXPECT_EQ(r.placements.size(), jobs.size()) << "every job fits when the any-model job leaves the L4s alone";
 }
 
 }  // namespace

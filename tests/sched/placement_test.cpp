@@ -24,9 +24,9 @@ TEST(Placement, BlockSliceFillsAPartlyUsedGpuBeforeOpeningAnEmptyOne) {
 }
 
 TEST(Placement, TightestPartitionWins) {
-  auto s = snapshot_of({gpu_node("a", "h100", 2)}, {running_job("r1", "h100-50", "a", {blocks_on(0, 50)}, kHour),
-                                                    running_job("r2", "h100-70", "a", {blocks_on(1, 70)}, kHour),
-                                                    pending_job("p", "h100-30")});
+  auto s = snapshot_of({gpu_node("a", "h100", 2)},
+                       {running_job("r1", "h100-50", "a", {blocks_on(0, 50)}, kHour),
+                        running_job("r2", "h100-70", "a", {blocks_on(1, 70)}, kHour), pending_job("p", "h100-30")});
   auto r = run_cycle(s, {});
   ASSERT_TRUE(placed(r, 2));
   EXPECT_EQ(placement_of(r, 2)->nodes[0].gpus[0].gpu, 1) << "30 free on GPU 1 is an exact fit";
@@ -43,6 +43,38 @@ TEST(Placement, ModelConstraintIsHeld) {
 TEST(Placement, AnyModelTakesWhateverFits) {
   auto s = snapshot_of({gpu_node("l4-node", "l4", 1)}, {pending_job("p", "any-10")});
   EXPECT_TRUE(placed(run_cycle(s, {}), 0));
+}
+
+// With a candidate limit of 2, the tightest nodes alone would be the three half-used L4 nodes; each
+// model gets its share, so the empty H100 node is weighed too, and the L4s stay for the L4-only jobs.
+TEST(Placement, WholeGpuCandidatesIncludeEveryModel) {
+  std::vector<model::Node> nodes;
+  std::vector<model::Job> jobs;
+  for (int i = 0; i < 3; ++i) {
+    nodes.push_back(gpu_node("l4-" + std::to_string(i), "l4", 2));
+    jobs.push_back(running_job("r" + std::to_string(i), "l4", "l4-" + std::to_string(i), {whole_gpu(0)}, kHour));
+  }
+  nodes.push_back(gpu_node("h100-node", "h100", 8));
+  jobs.push_back(pending_job("any", "any", {.priority_class = "production"}));
+  for (int i = 0; i < 3; ++i) jobs.push_back(pending_job("l4-only" + std::to_string(i), "l4"));
+  PolicyConfig config;
+  config.placement_candidates = 2;
+  auto r = run_cycle(snapshot_of(nodes, jobs), config);
+  ASSERT_TRUE(placed(r, 3));
+  EXPECT_EQ(placement_of(r, 3)->nodes[0].node, 3u);
+}
+
+// The same for block slices: the empty H100 GPUs come first in catalog order, but the models take
+// turns, so the L4 is weighed and the H100 node stays whole for the waiting 8-GPU gangs.
+TEST(Placement, BlockCandidatesIncludeEveryModel) {
+  std::vector<model::Job> jobs = {pending_job("slice", "any-25", {.priority_class = "production"})};
+  for (int i = 0; i < 4; ++i) jobs.push_back(pending_job("gang" + std::to_string(i), "h100x8"));
+  PolicyConfig config;
+  config.placement_candidates = 2;
+  auto r = run_cycle(snapshot_of({gpu_node("h100-node", "h100", 8), gpu_node("l4-node", "l4", 1)}, jobs), config);
+  ASSERT_TRUE(placed(r, 0));
+  EXPECT_EQ(placement_of(r, 0)->nodes[0].node, 1u);
+  EXPECT_TRUE(placed(r, 1)) << r.reason_for(1);
 }
 
 TEST(Placement, GangIsAllOrNothingOnOneNode) {
@@ -76,9 +108,10 @@ TEST(Placement, GangsMayBeKeptOnOneNode) {
 }
 
 TEST(Placement, WholeGpuGoesToTheBusiestNodeThatFits) {
-  auto s = snapshot_of({gpu_node("idle"), gpu_node("busy")},
-                       {running_job("r", "h100x4", "busy", {whole_gpu(0), whole_gpu(1), whole_gpu(2), whole_gpu(3)}, kHour),
-                        pending_job("p", "h100x2")});
+  auto s =
+      snapshot_of({gpu_node("idle"), gpu_node("busy")},
+                  {running_job("r", "h100x4", "busy", {whole_gpu(0), whole_gpu(1), whole_gpu(2), whole_gpu(3)}, kHour),
+                   pending_job("p", "h100x2")});
   auto r = run_cycle(s, {});
   ASSERT_TRUE(placed(r, 1));
   EXPECT_EQ(placement_of(r, 1)->nodes[0].node, 1u);
@@ -95,9 +128,8 @@ TEST(Placement, HostCpuAndMemoryAreRespected) {
 
 TEST(Placement, VramQuotaIsAResourceOfItsOwn) {
   // 50 blocks free on the GPU, but only 40Gi of its VRAM: a 10-block slice asking 50Gi waits.
-  auto s = snapshot_of({gpu_node("a", "h100", 1)},
-                       {running_job("r", "h100-50", "a", {{0, 50, 40 * 1024, -1}}, kHour),
-                        pending_job("p", "h100-10", {.vram = "50Gi"})});
+  auto s = snapshot_of({gpu_node("a", "h100", 1)}, {running_job("r", "h100-50", "a", {{0, 50, 40 * 1024, -1}}, kHour),
+                                                    pending_job("p", "h100-10", {.vram = "50Gi"})});
   auto r = run_cycle(s, {});
   EXPECT_FALSE(placed(r, 1));
   EXPECT_THAT(r.reason_for(1), HasSubstr("VRAM"));
@@ -160,8 +192,8 @@ TEST(Placement, BlockSlicesShareAMigInstance) {
   auto node = gpu_node("a", "h100", 1);
   node.gpus[0].mig_enabled = true;
   node.gpus[0].mig_instances = {{h100_profile("7g.80gb"), 0}};
-  auto s = snapshot_of({node}, {pending_job("p1", "h100-40"), pending_job("p2", "h100-40"),
-                                pending_job("p3", "h100-40")});
+  auto s =
+      snapshot_of({node}, {pending_job("p1", "h100-40"), pending_job("p2", "h100-40"), pending_job("p3", "h100-40")});
   auto r = run_cycle(s, {});
   EXPECT_TRUE(placed(r, 0));
   EXPECT_TRUE(placed(r, 1));
@@ -224,9 +256,9 @@ TEST(Placement, AMigLayoutNvidiaWouldRefuseKeepsItsGpuOutOfUse) {
 }
 
 TEST(Placement, BadBindingsInTheSnapshotAreReportedNotFatal) {
-  auto s = snapshot_of({gpu_node("a", "h100", 1)}, {running_job("ghost", "h100", "nowhere", {whole_gpu(0)}, kHour),
-                                                    running_job("wrong", "h100", "a", {whole_gpu(5)}, kHour),
-                                                    pending_job("p", "h100")});
+  auto s = snapshot_of({gpu_node("a", "h100", 1)},
+                       {running_job("ghost", "h100", "nowhere", {whole_gpu(0)}, kHour),
+                        running_job("wrong", "h100", "a", {whole_gpu(5)}, kHour), pending_job("p", "h100")});
   auto r = run_cycle(s, {});
   ASSERT_EQ(r.warnings.size(), 2u);
   EXPECT_THAT(r.warnings[0], HasSubstr("unknown node \"nowhere\""));
