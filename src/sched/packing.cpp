@@ -83,6 +83,20 @@ const std::vector<int32_t>& PackingScorer::gpu_slots(const ClusterState& state, 
   return c.gpu_slots;
 }
 
+const std::vector<int32_t>& PackingScorer::host_slots_now(const NodeState& n, uint32_t node) const {
+  NodeSlots& c = cache_[node];
+  if (c.host_node_version == n.version && c.host_profile_jobs == profile_->jobs()) return c.host_slots;
+  const auto& typical = profile_->typical();
+  c.host_slots.resize(typical.size());
+  for (size_t m = 0; m < typical.size(); ++m) {
+    c.host_slots[m] = std::min(host_slots(typical[m].shape.cpu_milli, inverse_cpu_[m], n.cpu_free),
+                               memory_slots(typical[m].inverse_memory, n.mem_free));
+  }
+  c.host_node_version = n.version;
+  c.host_profile_jobs = profile_->jobs();
+  return c.host_slots;
+}
+
 // Weights of the cost's terms (blocks of capacity). Stranding counts double: a GPU cut off from CPU
 // is lost to every request shape, not to one. The tie-breakers stay below one block in total.
 constexpr double kStrandWeight = 2.0;
@@ -113,6 +127,7 @@ double PackingScorer::cost(const ClusterState& state, const JobShape& shape, con
     const auto& typical = profile_->typical();
     if (shape_constants_version_ != profile_->version()) refresh_shape_constants(state);
     const auto& slots = gpu_slots(state, c.node);
+    const auto& host_now = host_slots_now(node, c.node);
     int64_t cpu_after = node.cpu_free - c.cpu;
     int64_t mem_after = node.mem_free - c.mem;
     bool exclusive_after = shape.kind == model::SliceKind::kMig;
@@ -127,8 +142,7 @@ double PackingScorer::cost(const ClusterState& state, const JobShape& shape, con
       }
       if (c.mig_change == 2 && t.kind == model::SliceKind::kWhole) gpu_after -= 1;
       int per_gpu_count = t.kind == model::SliceKind::kWhole ? t.gpu_count : 1;
-      int32_t host_before = std::min(host_slots(t.cpu_milli, inverse_cpu_[m], node.cpu_free),
-                                     memory_slots(typical[m].inverse_memory, node.mem_free));
+      int32_t host_before = host_now[m];
       int32_t host_after = c.cpu == 0 && c.mem == 0 ? host_before
                                                     : std::min(host_slots(t.cpu_milli, inverse_cpu_[m], cpu_after),
                                                                memory_slots(typical[m].inverse_memory, mem_after));
@@ -140,10 +154,12 @@ double PackingScorer::cost(const ClusterState& state, const JobShape& shape, con
     }
     // GPU capacity the node's CPU or memory cannot feed at the arrived jobs' CPU and memory per block.
     if (double cpu_per_block = profile_->cpu_per_block(); cpu_per_block > 0) {
+      const double blocks_per_cpu = 1.0 / cpu_per_block;
       const double mem_per_block = profile_->memory_per_block();
+      const double blocks_per_mem = mem_per_block > 0 ? 1.0 / mem_per_block : 0.0;
       auto fed = [&](int64_t cpu, int64_t mem) {
-        double blocks = static_cast<double>(cpu) / cpu_per_block;
-        if (mem_per_block > 0) blocks = std::min(blocks, static_cast<double>(mem) / mem_per_block);
+        double blocks = static_cast<double>(cpu) * blocks_per_cpu;
+        if (blocks_per_mem > 0) blocks = std::min(blocks, static_cast<double>(mem) * blocks_per_mem);
         return blocks;
       };
       int blocks_free = node.blocks_total - node.blocks_used;

@@ -54,8 +54,14 @@ class PackingScorer final : public PlacementScorer {
     uint32_t node_version = UINT32_MAX;
     uint64_t profile_version = UINT64_MAX;
     std::vector<int32_t> gpu_slots;
+    // How many of each typical shape the node's free CPU and memory hold; depends on the shapes'
+    // mean memory too, so it is keyed on the profile's job count.
+    uint32_t host_node_version = UINT32_MAX;
+    uint64_t host_profile_jobs = UINT64_MAX;
+    std::vector<int32_t> host_slots;
   };
   const std::vector<int32_t>& gpu_slots(const ClusterState& state, uint32_t node) const;
+  const std::vector<int32_t>& host_slots_now(const NodeState& node, uint32_t index) const;
   static int32_t partition_slots(const PartitionState& p, const JobShape& m, int free_blocks, int64_t free_mem);
 
   const WorkloadProfile* profile_;

@@ -55,8 +55,7 @@ class NodeModel {
   bool fits() const {
     if (cpu_ < shape_.cpu_milli || mem_ < shape_.memory_mib) return false;
     switch (shape_.kind) {
-      case model::SliceKind::kNone:
-        return true;
+      case model::SliceKind::kNone: return true;
       case model::SliceKind::kBlocks:
         for (const Part& p : parts_) {
           const PartitionState& ps = state_.partition(p.partition);
@@ -126,13 +125,28 @@ bool VictimSelector::eligible(const JobInfo& victim, int tier) const {
   return victim.running && victim.tier > tier && now_ - victim.started >= victim.min_runtime;
 }
 
+const std::vector<int>& VictimSelector::lowest_victim_tier(const ClusterState& state) const {
+  if (lowest_victim_tier_.size() == state.node_count()) return lowest_victim_tier_;
+  lowest_victim_tier_.assign(state.node_count(), -1);
+  for (uint32_t n = 0; n < state.node_count(); ++n) {
+    for (uint32_t a : state.node_allocations(n)) {
+      const JobInfo& job = jobs_[state.allocation(a).job];
+      if (job.running && now_ - job.started >= job.min_runtime) {
+        lowest_victim_tier_[n] = std::max(lowest_victim_tier_[n], job.tier);
+      }
+    }
+  }
+  return lowest_victim_tier_;
+}
+
 std::optional<VictimSet> VictimSelector::choose(ClusterState& state, const PlacementSearch& search,
                                                 const JobShape& shape, int tier, Time end) const {
   if (shape.kind == model::SliceKind::kWhole) {
     bool fits_a_node = false;
     for (int m = 0; m < model::kMaxModels; ++m) {
       auto id = static_cast<model::ModelId>(m);
-      fits_a_node = fits_a_node || (model::mask_allows(shape.models, id) && state.max_gpus_per_node(id) >= shape.gpu_count);
+      fits_a_node =
+          fits_a_node || (model::mask_allows(shape.models, id) && state.max_gpus_per_node(id) >= shape.gpu_count);
     }
     if (!fits_a_node) return std::nullopt;  // multi-node gangs do not pre-empt
   }
@@ -152,7 +166,9 @@ std::optional<VictimSet> VictimSelector::choose(ClusterState& state, const Place
   NodeModel light(state, shape, true);
   auto worse = [](const auto& a, const auto& b) { return a.first.key() < b.first.key(); };
   model::ModelMask wanted = shape.kind == model::SliceKind::kMig ? model::model_bit(shape.mig_model()) : shape.models;
+  const std::vector<int>& lowest_tier = lowest_victim_tier(state);
   for (uint32_t n = 0; n < state.node_count(); ++n) {
+    if (lowest_tier[n] <= tier) continue;
     const NodeState& node = state.node(n);
     if (!node.schedulable || node.cpu_total < shape.cpu_milli || node.mem_total < shape.memory_mib) continue;
     if (wanted != 0 && (node.models & wanted) == 0) continue;

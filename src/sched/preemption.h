@@ -36,9 +36,14 @@ class VictimSelector {
 
  private:
   bool eligible(const JobInfo& victim, int tier) const;
+  // Per node, the lowest tier (largest index) among its running jobs that passed their minimum run
+  // time, or -1: nodes with nothing below a pre-emptor's tier are skipped without touching their
+  // jobs. Built at the first choose(); evictions only lower the truth, so it stays an upper bound.
+  const std::vector<int>& lowest_victim_tier(const ClusterState& state) const;
 
   const std::vector<JobInfo>& jobs_;
   Time now_;
+  mutable std::vector<int> lowest_victim_tier_;
 };
 
 }  // namespace cnlab::sched

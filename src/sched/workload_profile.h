@@ -12,8 +12,8 @@
 namespace cnlab::sched {
 
 struct TypicalShape {
-  JobShape shape;         // host memory is not part of the key: requests differ in it more than in the rest
-  double weight = 0;      // share of the arrived jobs, renormalised over the typical shapes
+  JobShape shape;             // host memory is not part of the key: requests differ in it more than in the rest
+  double weight = 0;          // share of the arrived jobs, renormalised over the typical shapes
   double inverse_memory = 0;  // 1 / the mean host memory (MiB) its jobs asked for; 0 when none did
 };
 
@@ -26,6 +26,8 @@ class WorkloadProfile {
   static constexpr size_t kMaxTypical = 32;
 
   void add(const JobShape& shape, uint64_t jobs = 1);
+  // Jobs added so far: grows with every add, so it keys anything derived from the weights.
+  uint64_t jobs() const { return total_; }
   // Host CPU (milli) that GPU jobs ask per 1% block, on average over the arrived GPU jobs; 0 before any.
   double cpu_per_block() const { return gpu_blocks_ ? cpu_of_gpu_jobs_ / gpu_blocks_ : 0; }
   // The same for host memory (MiB per block).
