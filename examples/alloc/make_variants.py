@@ -78,54 +78,39 @@ def resampled(data, out, rng):
     write(out, 'synth_default_jitter', jitter)
 
 
+def draw(rng, count, mix):
+    """`count` pods; `mix` lists (cumulative probability, make a pod) in order."""
+    rows = []
+    for _ in range(count):
+        u = rng.random()
+        rows.append(next(make for bound, make in mix if u < bound)())
+    return rows
+
+
 def made_up(out, rng):
-    rows = []
-    for _ in range(8000):
-        u = rng.random()
-        if u < 0.55:
-            rows.append(pod(rng.choice([2000, 4000, 6000, 8000]), 8192, 1, rng.choice(range(100, 951, 50))))
-        elif u < 0.85:
-            rows.append(pod(rng.choice([8000, 12000, 16000]), 32768, 1, 1000))
-        elif u < 0.95:
-            g = rng.choice([2, 4])
-            rows.append(pod(12000 * g, 65536 * g, g, 1000))
-        else:
-            rows.append(pod(rng.choice([8000, 16000, 32000]), 16384, 0, 0))
-    write(out, 'synth_uniform', rows)
-    rows = []
-    for _ in range(6000):
-        u = rng.random()
-        if u < 0.2:
-            rows.append(pod(88000, 327680, 8, 1000))
-        elif u < 0.4:
-            rows.append(pod(44000, 163840, 4, 1000))
-        elif u < 0.8:
-            rows.append(pod(11000, 40960, 1, 1000))
-        else:
-            rows.append(pod(4000, 8192, 1, rng.choice([250, 500])))
-    write(out, 'synth_multigpu', rows)
-    rows = []
-    for _ in range(12000):
-        u = rng.random()
-        if u < 0.7:
-            rows.append(pod(rng.choice([1000, 2000, 4000]), 4096, 1, rng.choice([100, 200, 250, 300, 330, 500])))
-        elif u < 0.95:
-            rows.append(pod(8000, 32768, 1, 1000))
-        else:
-            rows.append(pod(4000, 8192, 0, 0))
-    write(out, 'synth_notebooks', rows)
-    rows = []
-    for _ in range(8000):
-        u = rng.random()
-        if u < 0.4:
-            rows.append(pod(24000, 65536, 1, 1000))
-        elif u < 0.6:
-            rows.append(pod(12000, 32768, 1, rng.choice([300, 500, 700])))
-        elif u < 0.8:
-            rows.append(pod(rng.choice([16000, 32000, 48000]), 65536, 0, 0))
-        else:
-            rows.append(pod(40000, 131072, 2, 1000))
-    write(out, 'synth_cpuheavy', rows)
+    def gang():
+        g = rng.choice([2, 4])
+        return pod(12000 * g, 65536 * g, g, 1000)
+
+    write(out, 'synth_uniform', draw(rng, 8000, [
+        (0.55, lambda: pod(rng.choice([2000, 4000, 6000, 8000]), 8192, 1, rng.choice(range(100, 951, 50)))),
+        (0.85, lambda: pod(rng.choice([8000, 12000, 16000]), 32768, 1, 1000)),
+        (0.95, gang),
+        (1.01, lambda: pod(rng.choice([8000, 16000, 32000]), 16384, 0, 0))]))
+    write(out, 'synth_multigpu', draw(rng, 6000, [
+        (0.2, lambda: pod(88000, 327680, 8, 1000)),
+        (0.4, lambda: pod(44000, 163840, 4, 1000)),
+        (0.8, lambda: pod(11000, 40960, 1, 1000)),
+        (1.01, lambda: pod(4000, 8192, 1, rng.choice([250, 500])))]))
+    write(out, 'synth_notebooks', draw(rng, 12000, [
+        (0.7, lambda: pod(rng.choice([1000, 2000, 4000]), 4096, 1, rng.choice([100, 200, 250, 300, 330, 500]))),
+        (0.95, lambda: pod(8000, 32768, 1, 1000)),
+        (1.01, lambda: pod(4000, 8192, 0, 0))]))
+    write(out, 'synth_cpuheavy', draw(rng, 8000, [
+        (0.4, lambda: pod(24000, 65536, 1, 1000)),
+        (0.6, lambda: pod(12000, 32768, 1, rng.choice([300, 500, 700]))),
+        (0.8, lambda: pod(rng.choice([16000, 32000, 48000]), 65536, 0, 0)),
+        (1.01, lambda: pod(40000, 131072, 2, 1000))]))
 
 
 def main():
