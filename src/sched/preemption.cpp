@@ -121,22 +121,21 @@ Duration VictimSelector::work_lost(const JobInfo& job) const {
   return now_ - (job.checkpointable ? job.last_checkpoint : job.started);
 }
 
-bool VictimSelector::eligible(const JobInfo& victim, int tier) const {
-  return victim.running && victim.tier > tier && now_ - victim.started >= victim.min_runtime;
-}
-
-const std::vector<int>& VictimSelector::lowest_victim_tier(const ClusterState& state) const {
-  if (lowest_victim_tier_.size() == state.node_count()) return lowest_victim_tier_;
-  lowest_victim_tier_.assign(state.node_count(), -1);
+void VictimSelector::index_candidates(const ClusterState& state) const {
+  candidates_.clear();
+  node_begin_.assign(state.node_count() + 1, 0);
   for (uint32_t n = 0; n < state.node_count(); ++n) {
+    node_begin_[n] = static_cast<uint32_t>(candidates_.size());
     for (uint32_t a : state.node_allocations(n)) {
-      const JobInfo& job = jobs_[state.allocation(a).job];
-      if (job.running && now_ - job.started >= job.min_runtime) {
-        lowest_victim_tier_[n] = std::max(lowest_victim_tier_[n], job.tier);
+      const JobInfo& v = jobs_[state.allocation(a).job];
+      if (v.running && now_ - v.started >= v.min_runtime) {
+        candidates_.push_back({-v.tier, !v.checkpointable, work_lost(v).count(), v.index, a});
       }
     }
+    std::sort(candidates_.begin() + node_begin_[n], candidates_.end(),
+              [](const Candidate& a, const Candidate& b) { return a.key() < b.key(); });
   }
-  return lowest_victim_tier_;
+  node_begin_[state.node_count()] = static_cast<uint32_t>(candidates_.size());
 }
 
 std::optional<VictimSet> VictimSelector::choose(ClusterState& state, const PlacementSearch& search,
@@ -150,12 +149,6 @@ std::optional<VictimSet> VictimSelector::choose(ClusterState& state, const Place
     }
     if (!fits_a_node) return std::nullopt;  // multi-node gangs do not pre-empt
   }
-  auto cheaper = [&](uint32_t a, uint32_t b) {
-    const JobInfo& x = jobs_[state.allocation(a).job];
-    const JobInfo& y = jobs_[state.allocation(b).job];
-    return std::tuple(-x.tier, !x.checkpointable, work_lost(x).count(), x.index) <
-           std::tuple(-y.tier, !y.checkpointable, work_lost(y).count(), y.index);
-  };
 
   // Rank every node by the victims a light model says it needs; verify the best few for real.
   // Only the kVerified cheapest are kept, and a node's greedy stops once it needs more victims than
@@ -166,35 +159,32 @@ std::optional<VictimSet> VictimSelector::choose(ClusterState& state, const Place
   NodeModel light(state, shape, true);
   auto worse = [](const auto& a, const auto& b) { return a.first.key() < b.first.key(); };
   model::ModelMask wanted = shape.kind == model::SliceKind::kMig ? model::model_bit(shape.mig_model()) : shape.models;
-  const std::vector<int>& lowest_tier = lowest_victim_tier(state);
+  if (node_begin_.size() != state.node_count() + 1) index_candidates(state);
   for (uint32_t n = 0; n < state.node_count(); ++n) {
-    if (lowest_tier[n] <= tier) continue;
+    const uint32_t first = node_begin_[n], last = node_begin_[n + 1];
+    if (first == last || -candidates_[first].neg_tier <= tier) continue;  // nothing below `tier`
     const NodeState& node = state.node(n);
     if (!node.schedulable || node.cpu_total < shape.cpu_milli || node.mem_total < shape.memory_mib) continue;
     if (wanted != 0 && (node.models & wanted) == 0) continue;
     size_t max_count = ranked.size() < kVerified ? SIZE_MAX : ranked.back().first.count;
-    victims.clear();
-    for (uint32_t a : state.node_allocations(n)) {
-      if (eligible(jobs_[state.allocation(a).job], tier)) victims.push_back(a);
-    }
-    if (victims.empty()) continue;
     light.load(n);
     if (!light.relevant()) continue;
-    std::sort(victims.begin(), victims.end(), cheaper);
     SetCost cost{0, INT32_MAX, 0, 0, n};
     bool fits = false;
-    for (uint32_t a : victims) {
-      if (cost.count >= max_count) break;
-      light.take(state.allocation(a));
-      const JobInfo& v = jobs_[state.allocation(a).job];
+    victims.clear();
+    for (uint32_t i = first; i < last; ++i) {
+      const Candidate& c = candidates_[i];
+      if (-c.neg_tier <= tier || cost.count >= max_count) break;
+      if (!state.allocation(c.allocation).live) continue;  // evicted earlier in the cycle
+      light.take(state.allocation(c.allocation));
+      victims.push_back(c.allocation);
       ++cost.count;
-      cost.best_tier = std::min(cost.best_tier, v.tier);
-      cost.not_checkpointable += v.checkpointable ? 0 : 1;
-      cost.work_lost += work_lost(v).count();
+      cost.best_tier = std::min(cost.best_tier, -c.neg_tier);
+      cost.not_checkpointable += c.not_checkpointable ? 1 : 0;
+      cost.work_lost += c.work_lost;
       if ((fits = light.fits())) break;
     }
     if (!fits) continue;
-    victims.resize(cost.count);
     if (ranked.size() == kVerified) {
       if (!worse(std::pair(cost, victims), ranked.back())) continue;
       ranked.pop_back();

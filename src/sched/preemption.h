@@ -7,6 +7,7 @@
 #pragma once
 
 #include <optional>
+#include <tuple>
 #include <vector>
 
 #include "sched/calendar.h"
@@ -35,15 +36,24 @@ class VictimSelector {
   Duration work_lost(const JobInfo& job) const;
 
  private:
-  bool eligible(const JobInfo& victim, int tier) const;
-  // Per node, the lowest tier (largest index) among its running jobs that passed their minimum run
-  // time, or -1: nodes with nothing below a pre-emptor's tier are skipped without touching their
-  // jobs. Built at the first choose(); evictions only lower the truth, so it stays an upper bound.
-  const std::vector<int>& lowest_victim_tier(const ClusterState& state) const;
+  // A running job past its minimum run time, with what ranks it as a victim read once.
+  struct Candidate {
+    int neg_tier;  // lowest tier first
+    bool not_checkpointable;
+    int64_t work_lost;
+    JobIndex job;
+    uint32_t allocation;
+    auto key() const { return std::tie(neg_tier, not_checkpointable, work_lost, job); }
+  };
+  // Built at the first choose(): every node's candidates, cheapest first, in one array, so a node
+  // is judged without touching its jobs' records. Jobs evicted later have dead allocations and are
+  // skipped; jobs placed in the cycle are no victims.
+  void index_candidates(const ClusterState& state) const;
 
   const std::vector<JobInfo>& jobs_;
   Time now_;
-  mutable std::vector<int> lowest_victim_tier_;
+  mutable std::vector<Candidate> candidates_;
+  mutable std::vector<uint32_t> node_begin_;  // node n's candidates: [node_begin_[n], node_begin_[n + 1])
 };
 
 }  // namespace cnlab::sched
