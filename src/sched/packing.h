@@ -39,9 +39,10 @@ class PlacementScorer {
 // This is the fragmentation gradient of FGD (Weng et al., ATC'23), measured with the request counts
 // a node can actually hold, host CPU and memory included, instead of FGD's per-GPU test. One more
 // term prices the mix rather than one shape at a time: GPU capacity a node's free CPU or memory
-// cannot feed at the arrived GPU jobs' average CPU and memory per block is stranded; a place that strands more pays
-// twice for it. So a CPU-only job goes where CPU is plentiful, and a CPU-hungry one does not starve a node's GPUs. Ties
-// go to the tightest fit, then to busy nodes (an idle node stays idle for power-down and whole for gangs).
+// cannot feed at the arrived GPU jobs' average CPU and memory per block is stranded; a place that
+// strands more pays twice for it. So a CPU-only job goes where CPU is plentiful, and a CPU-hungry
+// one does not starve a node's GPUs. Ties go to the tightest fit, then to busy nodes (an idle node
+// stays idle for power-down and whole for gangs).
 class PackingScorer final : public PlacementScorer {
  public:
   // `profile` may be null or empty: then only the tie-breakers decide (tightest fit, busy nodes).
