@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages CNLab builds against. Idempotent and quiet when all are present;
-# uses sudo when not run as root.
+# uses sudo when not run as root. `prometheus` is the real server the metrics test scrapes with.
 set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config clang-format
   nlohmann-json3-dev libfmt-dev libspdlog-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libboost1.74-dev libssl-dev openssl libsqlite3-dev
+  prometheus
 )
 
 missing=()

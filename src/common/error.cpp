@@ -7,8 +7,14 @@ namespace cnlab {
 std::string_view to_string(ErrorCode code) {
   switch (code) {
     case ErrorCode::kInvalidArgument: return "invalid argument";
+    case ErrorCode::kUnauthenticated: return "unauthenticated";
+    case ErrorCode::kPermissionDenied: return "permission denied";
     case ErrorCode::kNotFound: return "not found";
     case ErrorCode::kAlreadyExists: return "already exists";
+    case ErrorCode::kConflict: return "conflict";
+    case ErrorCode::kGone: return "gone";
+    case ErrorCode::kTooLarge: return "too large";
+    case ErrorCode::kResourceExhausted: return "resource exhausted";
     case ErrorCode::kFailedPrecondition: return "failed precondition";
     case ErrorCode::kUnavailable: return "unavailable";
     case ErrorCode::kInternal: return "internal";
@@ -26,6 +32,10 @@ Error Error::not_found(std::string field, std::string value, std::string message
 
 Error Error::failed_precondition(std::string message) {
   return {ErrorCode::kFailedPrecondition, "", "", std::move(message)};
+}
+
+Error Error::of(ErrorCode code, std::string field, std::string value, std::string message) {
+  return {code, std::move(field), std::move(value), std::move(message)};
 }
 
 Error Error::internal(std::string message) { return {ErrorCode::kInternal, "", "", std::move(message)}; }

@@ -2,12 +2,28 @@
 
 #include <fmt/format.h>
 
+#include "common/strings.h"
+#include "model/decode.h"
+
 namespace cnlab::model {
 namespace {
 
+// In lifecycle order, which is the order error messages list them.
 constexpr std::pair<JobPhase, std::string_view> kPhases[] = {
-    {JobPhase::kPending, "Pending"},     {JobPhase::kRunning, "Running"},     {JobPhase::kSucceeded, "Succeeded"},
-    {JobPhase::kFailed, "Failed"},       {JobPhase::kCancelled, "Cancelled"},
+    {JobPhase::kPending, "Pending"},     {JobPhase::kScheduled, "Scheduled"}, {JobPhase::kRunning, "Running"},
+    {JobPhase::kSucceeded, "Succeeded"}, {JobPhase::kFailed, "Failed"},       {JobPhase::kCancelled, "Cancelled"},
+};
+
+constexpr std::pair<JobEventType, std::string_view> kEventTypes[] = {
+    {JobEventType::kQueued, "Queued"},
+    {JobEventType::kScheduled, "Scheduled"},
+    {JobEventType::kStarted, "Started"},
+    {JobEventType::kPreempted, "Preempted"},
+    {JobEventType::kCheckpointed, "Checkpointed"},
+    {JobEventType::kResumed, "Resumed"},
+    {JobEventType::kFinished, "Finished"},
+    {JobEventType::kCancelled, "Cancelled"},
+    {JobEventType::kFailed, "Failed"},
 };
 
 constexpr int64_t kMaxCpuMilli = 1'000'000'000;
@@ -25,6 +41,10 @@ Json spec_to_json(const JobSpec& spec) {
   if (spec.deadline) j["deadline"] = format_rfc3339(*spec.deadline);
   if (spec.estimated_duration) j["estimated_duration"] = format_duration(*spec.estimated_duration);
   if (spec.min_runtime) j["min_runtime"] = format_duration(*spec.min_runtime);
+  j["command"] = spec.command;
+  if (!spec.env.empty()) j["env"] = spec.env;
+  if (!spec.working_dir.empty()) j["working_dir"] = spec.working_dir;
+  if (spec.workspace) j["workspace"] = {{"digest", spec.workspace->digest}, {"size_bytes", spec.workspace->size_bytes}};
   return j;
 }
 
@@ -46,20 +66,75 @@ Json status_to_json(const JobStatus& status) {
     j["placement"] = std::move(nodes);
   }
   if (!status.message.empty()) j["message"] = status.message;
+  if (status.finished_at) j["finished_at"] = format_rfc3339(*status.finished_at);
+  if (status.exit_code) j["exit_code"] = *status.exit_code;
+  if (status.signal) j["signal"] = *status.signal;
+  if (!status.events.empty()) {
+    Json events = Json::array();
+    for (const auto& e : status.events) events.push_back(to_json(e));
+    j["events"] = std::move(events);
+  }
+  if (!status.waiting_reason.empty()) j["waiting_reason"] = status.waiting_reason;
+  j["cancel_requested"] = status.cancel_requested;
+  j["attempts"] = status.attempts;
   return j;
+}
+
+std::vector<std::string> read_command(JsonReader& r) {
+  std::vector<std::string> command;
+  const Json* array = r.array("command");
+  if (!array) return command;
+  if (array->size() > kMaxCommandArgs) {
+    r.fail(Error::invalid_argument(r.path_of("command"), fmt::format("{} arguments", array->size()),
+                                   fmt::format("at most {} arguments", kMaxCommandArgs)));
+    return command;
+  }
+  for (size_t i = 0; i < array->size(); ++i) {
+    const Json& arg = (*array)[i];
+    if (!arg.is_string()) {
+      r.fail(Error::invalid_argument(fmt::format("{}[{}]", r.path_of("command"), i), arg.dump(), "expected a string"));
+      return command;
+    }
+    command.push_back(arg.get<std::string>());
+  }
+  detail::check(r, validate_command(command));
+  return command;
+}
+
+std::map<std::string, std::string> read_env(JsonReader& r) {
+  std::map<std::string, std::string> env;
+  const Json* object = r.object("env");
+  if (!object) return env;
+  for (const auto& [name, value] : object->items()) {
+    if (!value.is_string()) {
+      r.fail(Error::invalid_argument(r.path_of("env." + name), value.dump(), "expected a string"));
+      return env;
+    }
+    env[name] = value.get<std::string>();
+  }
+  detail::check(r, validate_env(env));
+  return env;
+}
+
+std::optional<WorkspaceRef> read_workspace(JsonReader& parent) {
+  const Json* object = parent.object("workspace");
+  if (!object) return std::nullopt;
+  JsonReader r(*object, parent.path_of("workspace"));
+  r.only({"digest", "size_bytes"});
+  WorkspaceRef ref;
+  ref.digest = r.string("digest");
+  if (r.status()) detail::check(r, validate_digest(ref.digest, r.path_of("digest")));
+  ref.size_bytes = r.integer_or("size_bytes", 0, 0, INT64_MAX);
+  if (!r.status()) parent.fail(r.status().error());
+  return ref;
 }
 
 JobSpec read_spec(JsonReader& r) {
   r.only({"project", "user", "priority_class", "gpu", "vram", "cpu_milli", "memory_mib", "deadline",
-          "estimated_duration", "checkpointable", "min_runtime"});
+          "estimated_duration", "checkpointable", "min_runtime", "command", "env", "working_dir", "workspace"});
   JobSpec spec;
-  spec.project = r.string("project");
-  spec.user = r.string("user");
-  for (auto [field, value] : {std::pair{"project", &spec.project}, std::pair{"user", &spec.user}}) {
-    if (r.status()) {
-      if (auto s = validate_name(*value, r.path_of(field)); !s) r.fail(s.error());
-    }
-  }
+  spec.project = detail::required_name(r, "project");
+  spec.user = detail::optional_name(r, "user");
   spec.priority_class = r.string_or("priority_class", spec.priority_class);
   std::string gpu = r.string("gpu");
   std::string vram = r.string_or("vram", "");
@@ -83,6 +158,11 @@ JobSpec read_spec(JsonReader& r) {
     r.fail(Error::invalid_argument(r.path_of("estimated_duration"), format_duration(*spec.estimated_duration),
                                    "must be longer than 0s"));
   }
+  spec.command = read_command(r);
+  spec.env = read_env(r);
+  spec.working_dir = r.string_or("working_dir", "");
+  if (r.status()) detail::check(r, validate_working_dir(spec.working_dir));
+  spec.workspace = read_workspace(r);
   return spec;
 }
 
@@ -111,39 +191,131 @@ std::vector<NodeBinding> read_placement(const Json& array, const std::string& pa
   return placement;
 }
 
+std::vector<JobEvent> read_events(const Json& array, const std::string& path, JsonReader& parent) {
+  std::vector<JobEvent> events;
+  for (size_t i = 0; i < array.size() && parent.status(); ++i) {
+    JsonReader e(array[i], fmt::format("{}[{}]", path, i));
+    e.only({"type", "time", "reason"});
+    JobEvent event;
+    if (!e.has("type")) e.fail(Error::invalid_argument(e.path_of("type"), "", "required field is missing"));
+    event.type = detail::read_enum(e, "type", kEventTypes, JobEventType::kQueued, "event types");
+    event.time = detail::required_time(e, "time");
+    event.reason = e.string_or("reason", "");
+    if (!e.status()) parent.fail(e.status().error());
+    events.push_back(std::move(event));
+  }
+  return events;
+}
+
 JobStatus read_status(JsonReader& r) {
-  r.only({"phase", "submitted_at", "started_at", "last_checkpoint_at", "placement", "message"});
+  r.only({"phase", "submitted_at", "started_at", "last_checkpoint_at", "placement", "message", "finished_at",
+          "exit_code", "signal", "events", "waiting_reason", "cancel_requested", "attempts"});
   JobStatus status;
-  std::string phase = r.string_or("phase", "Pending");
-  bool known = false;
-  for (auto [value, name] : kPhases) {
-    if (name == phase) {
-      status.phase = value;
-      known = true;
-    }
-  }
-  if (!known) {
-    r.fail(Error::invalid_argument(r.path_of("phase"), phase,
-                                   "known phases: Pending, Running, Succeeded, Failed, Cancelled"));
-  }
+  status.phase = detail::read_enum(r, "phase", kPhases, JobPhase::kPending, "phases");
   status.submitted_at = r.time("submitted_at").value_or(Time{});
   status.started_at = r.time("started_at");
   status.last_checkpoint_at = r.time("last_checkpoint_at");
   if (const Json* placement = r.array("placement")) status.placement = read_placement(*placement, r.path_of("placement"), r);
   status.message = r.string_or("message", "");
+  status.finished_at = r.time("finished_at");
+  if (auto code = detail::optional_integer(r, "exit_code", 0, 255)) status.exit_code = static_cast<int>(*code);
+  if (auto sig = detail::optional_integer(r, "signal", 1, 127)) status.signal = static_cast<int>(*sig);
+  if (const Json* events = r.array("events")) status.events = read_events(*events, r.path_of("events"), r);
+  status.waiting_reason = r.string_or("waiting_reason", "");
+  status.cancel_requested = r.boolean_or("cancel_requested", false);
+  status.attempts = static_cast<int>(r.integer_or("attempts", 0, 0, INT32_MAX));
   if (r.status() && status.phase == JobPhase::kRunning && (status.placement.empty() || !status.started_at)) {
-    r.fail(Error::invalid_argument(r.path_of("phase"), phase, "a Running job needs a placement and started_at"));
+    r.fail(Error::invalid_argument(r.path_of("phase"), "Running", "a Running job needs a placement and started_at"));
+  }
+  if (r.status() && status.phase == JobPhase::kScheduled && status.placement.empty()) {
+    r.fail(Error::invalid_argument(r.path_of("phase"), "Scheduled", "a Scheduled job needs a placement"));
   }
   return status;
 }
 
 }  // namespace
 
-std::string_view to_string(JobPhase phase) {
-  for (auto [value, name] : kPhases) {
-    if (value == phase) return name;
+std::string_view to_string(JobPhase phase) { return detail::name_of(kPhases, phase); }
+
+std::optional<JobPhase> parse_job_phase(std::string_view name) { return detail::find_by_name(kPhases, name); }
+
+bool is_terminal(JobPhase phase) {
+  return phase == JobPhase::kSucceeded || phase == JobPhase::kFailed || phase == JobPhase::kCancelled;
+}
+
+std::string_view to_string(JobEventType type) { return detail::name_of(kEventTypes, type); }
+
+Json to_json(const JobEvent& event) {
+  Json j = {{"type", to_string(event.type)}, {"time", format_rfc3339(event.time)}};
+  if (!event.reason.empty()) j["reason"] = event.reason;
+  return j;
+}
+
+std::optional<JobEventType> parse_job_event_type(std::string_view name) {
+  return detail::find_by_name(kEventTypes, name);
+}
+
+Status validate_command(const std::vector<std::string>& command) {
+  if (command.size() > kMaxCommandArgs) {
+    return Error::invalid_argument("spec.command", fmt::format("{} arguments", command.size()),
+                                   fmt::format("at most {} arguments", kMaxCommandArgs));
   }
-  return "Unknown";
+  for (size_t i = 0; i < command.size(); ++i) {
+    const std::string& arg = command[i];
+    std::string field = fmt::format("spec.command[{}]", i);
+    if (arg.size() > kMaxCommandArgBytes) {
+      return Error::invalid_argument(
+          field, arg.substr(0, 64) + "...",
+          fmt::format("an argument is at most {} bytes; this one is {}", kMaxCommandArgBytes, arg.size()));
+    }
+    if (arg.find('\0') != std::string::npos) {
+      return Error::invalid_argument(field, arg, "an argument must not contain a NUL character");
+    }
+  }
+  return Status::ok();
+}
+
+Status validate_env(const std::map<std::string, std::string>& env) {
+  if (env.size() > kMaxEnvEntries) {
+    return Error::invalid_argument("spec.env", fmt::format("{} entries", env.size()),
+                                   fmt::format("at most {} entries", kMaxEnvEntries));
+  }
+  auto letter = [](char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_'; };
+  for (const auto& [name, value] : env) {
+    std::string field = "spec.env." + name;
+    bool ok = !name.empty() && letter(name.front());
+    for (char c : name) ok = ok && (letter(c) || (c >= '0' && c <= '9'));
+    if (!ok) {
+      return Error::invalid_argument(field, name,
+                                     "environment variable names are letters, digits and '_', not starting "
+                                     "with a digit");
+    }
+    if (value.size() > kMaxEnvValueBytes) {
+      return Error::invalid_argument(
+          field, value.substr(0, 64) + "...",
+          fmt::format("a value is at most {} bytes; this one is {}", kMaxEnvValueBytes, value.size()));
+    }
+    if (value.find('\0') != std::string::npos) {
+      return Error::invalid_argument(field, value, "a value must not contain a NUL character");
+    }
+  }
+  return Status::ok();
+}
+
+Status validate_working_dir(std::string_view working_dir) {
+  auto bad = [&](std::string_view why) {
+    return Error::invalid_argument("spec.working_dir", std::string(working_dir),
+                                   std::string(why) +
+                                       "; the working directory is a path relative to the workspace "
+                                       "root, such as \"src/train\" (\"\" for the root)");
+  };
+  if (working_dir.size() > kMaxWorkingDirBytes) return bad(fmt::format("longer than {} bytes", kMaxWorkingDirBytes));
+  if (working_dir.find('\0') != std::string_view::npos) return bad("contains a NUL character");
+  if (working_dir.starts_with('/')) return bad("an absolute path is not allowed");
+  for (std::string_view part : split(working_dir, '/')) {
+    if (part == "..") return bad("a \"..\" component is not allowed");
+  }
+  return Status::ok();
 }
 
 Json to_json(const Job& job) {

@@ -1,6 +1,7 @@
 // A Job: what a user asked to run (spec) and what became of it (status). Its JSON form is the API's.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -9,11 +10,52 @@
 #include "common/time.h"
 #include "model/object_meta.h"
 #include "model/slice_request.h"
+#include "model/workspace.h"
 
 namespace cnlab::model {
 
-enum class JobPhase : uint8_t { kPending, kRunning, kSucceeded, kFailed, kCancelled };
+// New values go at the end: code elsewhere may rely on the order of the existing ones.
+enum class JobPhase : uint8_t {
+  kPending,    // admitted, waiting for the scheduler
+  kRunning,    // started by its node's agent; holds its placement
+  kSucceeded,  // exited 0
+  kFailed,     // exited non-zero, was killed, or its node was lost
+  kCancelled,  // cancelled by a user or an admin
+  kScheduled,  // bound to a node (placement set), not yet started by its agent. The scheduler
+               // library sees only Pending and Running: the server presents Scheduled jobs to it
+               // as Running, since they hold their placement.
+};
 std::string_view to_string(JobPhase phase);
+// The phase named `name` ("Scheduled"), exactly as to_string writes it.
+std::optional<JobPhase> parse_job_phase(std::string_view name);
+// Succeeded, Failed or Cancelled: the job will not run again.
+bool is_terminal(JobPhase phase);
+
+// What happened to a job, in the order it happened (JobStatus::events).
+enum class JobEventType : uint8_t {
+  kQueued,
+  kScheduled,
+  kStarted,
+  kPreempted,
+  kCheckpointed,
+  kResumed,
+  kFinished,
+  kCancelled,
+  kFailed,
+};
+std::string_view to_string(JobEventType type);  // "Queued", "Scheduled", ...
+std::optional<JobEventType> parse_job_event_type(std::string_view name);
+
+// JSON: {"type": "Scheduled", "time": "2026-11-30T10:01:00Z", "reason": "placed on gpu-12"};
+// "reason" is omitted when empty.
+struct JobEvent {
+  JobEventType type = JobEventType::kQueued;
+  Time time{};
+  std::string reason;
+
+  bool operator==(const JobEvent&) const = default;
+};
+Json to_json(const JobEvent& event);
 
 // One GPU (or MIG instance of it) a job holds on a node.
 struct GpuBinding {
@@ -32,9 +74,25 @@ struct NodeBinding {
   bool operator==(const NodeBinding&) const = default;
 };
 
+// The archive of files a job runs in (see Workspace): JSON {"digest": "sha256:...", "size_bytes": 123}.
+struct WorkspaceRef {
+  std::string digest;      // "sha256:" + 64 lowercase hex digits
+  int64_t size_bytes = 0;  // >= 0
+
+  bool operator==(const WorkspaceRef&) const = default;
+};
+
+// Limits the decoder enforces on what a job runs.
+inline constexpr size_t kMaxCommandArgs = 1024;
+inline constexpr size_t kMaxCommandArgBytes = 4096;
+inline constexpr size_t kMaxEnvEntries = 512;
+inline constexpr size_t kMaxEnvValueBytes = 32 * 1024;
+inline constexpr size_t kMaxWorkingDirBytes = 4096;
+
+// The job's name is metadata.name.
 struct JobSpec {
   std::string project;
-  std::string user;
+  std::string user;  // the submitter; the server fills it from the caller's token ("" in a request)
   std::string priority_class = "dev";
   SliceRequest gpu;
   int64_t cpu_milli = 0;   // host CPU, thousandths of a core
@@ -43,6 +101,16 @@ struct JobSpec {
   std::optional<Duration> estimated_duration;   // how long it runs once started
   bool checkpointable = false;                  // can be stopped and resumed from its latest checkpoint
   std::optional<Duration> min_runtime;          // protection from pre-emption; the class's when absent
+  // What to run: argv, at most kMaxCommandArgs elements of at most kMaxCommandArgBytes bytes, no
+  // NUL. May be empty here; the server's admission requires a command.
+  std::vector<std::string> command;
+  // Extra environment: names [A-Za-z_][A-Za-z0-9_]*, values of at most kMaxEnvValueBytes bytes
+  // without NUL, at most kMaxEnvEntries entries.
+  std::map<std::string, std::string> env;
+  // Where the command starts, relative to the workspace root ("" = the root): never absolute,
+  // no ".." component, no NUL.
+  std::string working_dir;
+  std::optional<WorkspaceRef> workspace;  // the files to run in; none = an empty directory
 
   bool operator==(const JobSpec&) const = default;
 };
@@ -52,8 +120,15 @@ struct JobStatus {
   Time submitted_at{};
   std::optional<Time> started_at;
   std::optional<Time> last_checkpoint_at;
-  std::vector<NodeBinding> placement;  // empty unless running
+  std::vector<NodeBinding> placement;  // the node/GPU bindings; set while Scheduled or Running
   std::string message;
+  std::optional<Time> finished_at;  // when it reached a terminal phase
+  std::optional<int> exit_code;     // 0..255, when the process exited
+  std::optional<int> signal;        // 1..127, when the process was killed by a signal
+  std::vector<JobEvent> events;     // oldest first
+  std::string waiting_reason;       // why the scheduler left it waiting, as of its latest cycle
+  bool cancel_requested = false;    // a cancel is on its way to the agent
+  int attempts = 0;                 // how many times it was started (pre-emption restarts it)
 
   bool operator==(const JobStatus&) const = default;
 };
@@ -67,7 +142,15 @@ struct Job {
 };
 
 Json to_json(const Job& job);
-// Decodes and validates; the error names the JSON path of the first bad field.
+// Decodes and validates; the error names the JSON path of the first bad field ("spec.env.1BAD",
+// "spec.command[3]", "status.events[0].type") and unknown fields are refused. Absent fields take
+// the defaults above, so JSON written before a field existed still decodes.
+// A Running job needs a placement and started_at; a Scheduled job needs a placement.
 Result<Job> job_from_json(const Json& json);
+// Checks of spec.command, spec.env and spec.working_dir, for specs built in code (the decoder
+// applies the same ones); errors name "spec.command[i]", "spec.env.NAME", "spec.working_dir".
+Status validate_command(const std::vector<std::string>& command);
+Status validate_env(const std::map<std::string, std::string>& env);
+Status validate_working_dir(std::string_view working_dir);
 
 }  // namespace cnlab::model

@@ -2,14 +2,20 @@
 
 #include <fmt/format.h>
 
+#include "model/decode.h"
+
 namespace cnlab::model {
 namespace {
 
 constexpr std::pair<NodePhase, std::string_view> kPhases[] = {
-    {NodePhase::kReady, "Ready"}, {NodePhase::kDraining, "Draining"}, {NodePhase::kDown, "Down"}};
+    {NodePhase::kReady, "Ready"},       {NodePhase::kNotReady, "NotReady"}, {NodePhase::kLost, "Lost"},
+    {NodePhase::kCordoned, "Cordoned"}, {NodePhase::kDraining, "Draining"},
+};
+
+constexpr size_t kMaxConditionText = 4096;
 
 Gpu read_gpu(JsonReader& r) {
-  r.only({"index", "uuid", "model", "memory_mib", "healthy", "mig_enabled", "mig_instances"});
+  r.only({"index", "uuid", "model", "memory_mib", "healthy", "mig_enabled", "mig_instances", "simulated"});
   Gpu gpu;
   gpu.index = static_cast<int>(r.integer_or("index", 0, 0, 1023));
   gpu.uuid = r.string_or("uuid", "");
@@ -25,6 +31,7 @@ Gpu read_gpu(JsonReader& r) {
   gpu.memory_mib = r.integer_or("memory_mib", gpu_model(gpu.model).memory_mib, 0, int64_t{1} << 30);
   gpu.healthy = r.boolean_or("healthy", true);
   gpu.mig_enabled = r.boolean_or("mig_enabled", false);
+  gpu.simulated = r.boolean_or("simulated", false);
   if (const Json* instances = r.array("mig_instances")) {
     for (size_t i = 0; i < instances->size(); ++i) {
       JsonReader ir((*instances)[i], fmt::format("{}[{}]", r.path_of("mig_instances"), i));
@@ -42,14 +49,30 @@ Gpu read_gpu(JsonReader& r) {
   return gpu;
 }
 
+NodeCondition read_condition(JsonReader& r) {
+  r.only({"type", "status", "reason", "message", "last_transition"});
+  NodeCondition condition;
+  condition.type = r.string("type");
+  if (!r.has("status")) r.fail(Error::invalid_argument(r.path_of("status"), "", "required field is missing"));
+  condition.status = r.boolean_or("status", false);
+  condition.reason = detail::bounded_string(r, "reason", kMaxConditionText);
+  condition.message = detail::bounded_string(r, "message", kMaxConditionText);
+  condition.last_transition = r.time("last_transition");
+  return condition;
+}
+
+bool is_camel_word(std::string_view text) {
+  auto letter = [](char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z'); };
+  bool ok = !text.empty() && text.size() <= 63 && text.front() >= 'A' && text.front() <= 'Z';
+  for (char c : text) ok = ok && (letter(c) || (c >= '0' && c <= '9'));
+  return ok;
+}
+
 }  // namespace
 
-std::string_view to_string(NodePhase phase) {
-  for (auto [value, name] : kPhases) {
-    if (value == phase) return name;
-  }
-  return "Unknown";
-}
+std::string_view to_string(NodePhase phase) { return detail::name_of(kPhases, phase); }
+
+std::optional<NodePhase> parse_node_phase(std::string_view name) { return detail::find_by_name(kPhases, name); }
 
 Status validate(const Node& node) {
   if (auto s = validate_name(node.meta.name, "metadata.name"); !s) return s;
@@ -78,14 +101,30 @@ Status validate(const Node& node) {
       }
     }
   }
+  for (size_t i = 0; i < node.conditions.size(); ++i) {
+    const NodeCondition& c = node.conditions[i];
+    std::string path = fmt::format("status.conditions[{}]", i);
+    if (!is_camel_word(c.type)) {
+      return Error::invalid_argument(path + ".type", c.type,
+                                     "condition types are 1..63 letters and digits starting with a capital letter, "
+                                     "such as GpuHealthy");
+    }
+    for (size_t k = 0; k < i; ++k) {
+      if (node.conditions[k].type == c.type) {
+        return Error::invalid_argument(path + ".type", c.type,
+                                       fmt::format("repeats status.conditions[{}]; each type appears once", k));
+      }
+    }
+  }
   return Status::ok();
 }
 
 Json to_json(const Node& node) {
   Json gpus = Json::array();
   for (const auto& gpu : node.gpus) {
-    Json g = {{"index", gpu.index},       {"uuid", gpu.uuid},       {"model", gpu_model(gpu.model).name},
-              {"memory_mib", gpu.memory_mib}, {"healthy", gpu.healthy}, {"mig_enabled", gpu.mig_enabled}};
+    Json g = {{"index", gpu.index},           {"uuid", gpu.uuid},       {"model", gpu_model(gpu.model).name},
+              {"memory_mib", gpu.memory_mib}, {"healthy", gpu.healthy}, {"mig_enabled", gpu.mig_enabled},
+              {"simulated", gpu.simulated}};
     if (gpu.mig_enabled) {
       Json instances = Json::array();
       for (const auto& instance : gpu.mig_instances) {
@@ -103,6 +142,19 @@ Json to_json(const Node& node) {
                  {"gpus", std::move(gpus)}};
   if (node.idle_since) status["idle_since"] = format_rfc3339(*node.idle_since);
   if (node.last_heartbeat) status["last_heartbeat"] = format_rfc3339(*node.last_heartbeat);
+  if (!node.conditions.empty()) {
+    Json conditions = Json::array();
+    for (const auto& c : node.conditions) {
+      Json cj = {{"type", c.type}, {"status", c.status}};
+      if (!c.reason.empty()) cj["reason"] = c.reason;
+      if (!c.message.empty()) cj["message"] = c.message;
+      if (c.last_transition) cj["last_transition"] = format_rfc3339(*c.last_transition);
+      conditions.push_back(std::move(cj));
+    }
+    status["conditions"] = std::move(conditions);
+  }
+  if (!node.agent_version.empty()) status["agent_version"] = node.agent_version;
+  if (!node.address.empty()) status["address"] = node.address;
   return {{"kind", "Node"},
           {"metadata", to_json(node.meta)},
           {"spec", {{"unschedulable", node.unschedulable}}},
@@ -121,16 +173,9 @@ Result<Node> node_from_json(const Json& json) {
   if (!s.status()) return s.status().error();
 
   JsonReader st(*parts->status, "status");
-  st.only({"phase", "cpu_milli", "memory_mib", "simulated", "gpus", "idle_since", "last_heartbeat"});
-  std::string phase = st.string_or("phase", "Ready");
-  bool known = false;
-  for (auto [value, name] : kPhases) {
-    if (name == phase) {
-      node.phase = value;
-      known = true;
-    }
-  }
-  if (!known) st.fail(Error::invalid_argument("status.phase", phase, "known phases: Ready, Draining, Down"));
+  st.only({"phase", "cpu_milli", "memory_mib", "simulated", "gpus", "idle_since", "last_heartbeat", "conditions",
+           "agent_version", "address"});
+  node.phase = detail::read_enum(st, "phase", kPhases, NodePhase::kReady, "phases");
   node.cpu_milli = st.integer_or("cpu_milli", 0, 0, int64_t{1} << 40);
   node.memory_mib = st.integer_or("memory_mib", 0, 0, int64_t{1} << 40);
   node.simulated = st.boolean_or("simulated", false);
@@ -143,6 +188,15 @@ Result<Node> node_from_json(const Json& json) {
       if (!g.status()) st.fail(g.status().error());
     }
   }
+  if (const Json* conditions = st.array("conditions")) {
+    for (size_t i = 0; i < conditions->size() && st.status(); ++i) {
+      JsonReader c((*conditions)[i], fmt::format("status.conditions[{}]", i));
+      node.conditions.push_back(read_condition(c));
+      if (!c.status()) st.fail(c.status().error());
+    }
+  }
+  node.agent_version = detail::bounded_string(st, "agent_version", 256);
+  node.address = detail::bounded_string(st, "address", 1024);
   if (!st.status()) return st.status().error();
   if (auto valid = validate(node); !valid) return valid.error();
   return node;

@@ -13,12 +13,31 @@
 
 namespace cnlab::model {
 
-enum class NodePhase : uint8_t {
-  kReady,     // accepts work
-  kDraining,  // keeps its running work, accepts no new work
-  kDown,      // missed its heartbeats or reported a fault
-};
+// The node lifecycle controller's summary of a node. Only Ready nodes take new work.
+//   Ready     heartbeating and healthy, accepts work
+//   NotReady  its agent reports, but the node cannot take work now (starting up, a fault it
+//             reported, a late heartbeat inside the grace period)
+//   Lost      missed its heartbeats past the grace period; its jobs are presumed gone
+//   Cordoned  an operator cordoned it: keeps its running work, accepts no new work. Cordoning sets
+//             both phase = Cordoned and spec.unschedulable = true; uncordoning clears both.
+//   Draining  like Cordoned (unschedulable is true too), and its running jobs are being moved off
+//             or waited for
+// JSON names are exactly the enumerator names without the k: "Ready", "NotReady", ...
+enum class NodePhase : uint8_t { kReady, kNotReady, kLost, kCordoned, kDraining };
 std::string_view to_string(NodePhase phase);
+std::optional<NodePhase> parse_node_phase(std::string_view name);
+
+// A fact about a node, as its agent or the controller reports it: JSON {"type": "GpuHealthy",
+// "status": true, "reason": "XidError", "message": "...", "last_transition": "RFC 3339"}.
+struct NodeCondition {
+  std::string type;  // UpperCamel, unique within a node: "GpuHealthy", "DiskPressure", ...
+  bool status = false;
+  std::string reason;                   // short UpperCamel cause, may be empty
+  std::string message;                  // for people
+  std::optional<Time> last_transition;  // when status last changed
+
+  bool operator==(const NodeCondition&) const = default;
+};
 
 struct Gpu {
   int index = 0;
@@ -28,6 +47,7 @@ struct Gpu {
   bool healthy = true;
   bool mig_enabled = false;
   std::vector<MigInstance> mig_instances;  // a layout NVIDIA accepts (checked on decode)
+  bool simulated = false;                  // this GPU comes from the simulated backend, not real hardware
 
   bool operator==(const Gpu&) const = default;
 };
@@ -42,15 +62,25 @@ struct Node {
   std::vector<Gpu> gpus;       // gpus[i].index == i
   std::optional<Time> idle_since;      // when its last job ended; absent while busy
   std::optional<Time> last_heartbeat;
+  std::vector<NodeCondition> conditions;
+  std::string agent_version;  // the version of `cnlab agent` running there
+  std::string address;        // where the agent can be reached ("10.0.0.12:7443"), as it reported it
 
+  // Whether it takes new work: Ready and not cordoned.
   bool schedulable() const { return phase == NodePhase::kReady && !unschedulable; }
   bool operator==(const Node&) const = default;
 };
 
+// JSON: spec {"unschedulable"}; status {"phase", "cpu_milli", "memory_mib", "simulated", "gpus",
+// "idle_since", "last_heartbeat", "conditions", "agent_version", "address"}; each GPU {"index",
+// "uuid", "model", "memory_mib", "healthy", "mig_enabled", "mig_instances", "simulated"}. Empty
+// conditions, agent_version and address are omitted.
 Json to_json(const Node& node);
+// Decodes and validates; the error names the JSON path of the first bad field, unknown fields are
+// refused, and absent fields take the defaults above (JSON from before a field existed decodes).
 Result<Node> node_from_json(const Json& json);
 // The checks decoding applies, for nodes built in code: GPU indices 0..n-1, known models, MIG
-// layouts NVIDIA accepts and only on MIG-capable models.
+// layouts NVIDIA accepts and only on MIG-capable models, condition types well formed and unique.
 Status validate(const Node& node);
 
 }  // namespace cnlab::model

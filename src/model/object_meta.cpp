@@ -26,11 +26,11 @@ Json to_json(const ObjectMeta& meta) {
 
 namespace {
 
-ObjectMeta read_meta(JsonReader& metadata) {
+ObjectMeta read_meta(JsonReader& metadata, NameCheck check_name) {
   ObjectMeta meta;
   meta.name = metadata.string("name");
   if (metadata.status()) {
-    if (auto s = validate_name(meta.name, metadata.path_of("name")); !s) metadata.fail(s.error());
+    if (auto s = check_name(meta.name, metadata.path_of("name")); !s) metadata.fail(s.error());
   }
   meta.uid = metadata.string_or("uid", "");
   meta.revision = metadata.integer_or("revision", 0, 0, INT64_MAX);
@@ -48,7 +48,7 @@ ObjectMeta read_meta(JsonReader& metadata) {
 
 }  // namespace
 
-Result<ObjectParts> read_object(const Json& json, std::string_view kind) {
+Result<ObjectParts> read_object(const Json& json, std::string_view kind, NameCheck check_name) {
   static const Json kEmpty = Json::object();
   JsonReader root(json, "");
   root.only({"kind", "metadata", "spec", "status"});
@@ -66,7 +66,7 @@ Result<ObjectParts> read_object(const Json& json, std::string_view kind) {
   if (!parts.status) parts.status = &kEmpty;
   JsonReader meta(*metadata, "metadata");
   meta.only({"name", "uid", "labels", "revision"});
-  parts.meta = read_meta(meta);
+  parts.meta = read_meta(meta, check_name);
   if (!meta.status()) return meta.status().error();
   return parts;
 }

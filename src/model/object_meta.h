@@ -20,6 +20,9 @@ struct ObjectMeta {
   bool operator==(const ObjectMeta&) const = default;
 };
 
+// The longest `created_by` a record keeps: a user name, or a system actor ("cnlab server init").
+inline constexpr size_t kMaxCreatedByBytes = 256;
+
 // Names are 1..63 characters of a-z, 0-9, '-' and '.', starting and ending alphanumeric, so they
 // are safe in URLs, file names and Kubernetes object names.
 Status validate_name(std::string_view name, std::string_view field);
@@ -34,6 +37,9 @@ struct ObjectParts {
   const Json* status = nullptr;
   bool has_spec = false;
 };
-Result<ObjectParts> read_object(const Json& json, std::string_view kind);
+// `check_name` validates metadata.name (validate_name unless a kind names its objects otherwise,
+// as Workspace does with its 64-hex-digit digest).
+using NameCheck = Status (*)(std::string_view name, std::string_view field);
+Result<ObjectParts> read_object(const Json& json, std::string_view kind, NameCheck check_name = validate_name);
 
 }  // namespace cnlab::model

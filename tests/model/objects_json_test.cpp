@@ -86,6 +86,285 @@ TEST(JobJson, RunningJobWithoutPlacementIsRefused) {
   EXPECT_THAT(job_from_json(j).error().message, HasSubstr("needs a placement"));
 }
 
+// A finished job with every field the control plane added set.
+Job finished_job() {
+  Job job = running_job();
+  job.spec.min_runtime = 10 * kMinute;
+  job.spec.command = {"python", "train.py", "--epochs", "3"};
+  job.spec.env = {{"WANDB_MODE", "offline"}, {"_PRIVATE", ""}, {"seed2", "42"}};
+  job.spec.working_dir = "src/train";
+  job.spec.workspace = WorkspaceRef{"sha256:" + std::string(64, 'a'), 123456};
+  job.status.phase = JobPhase::kFailed;
+  job.status.last_checkpoint_at = at("2026-11-30T10:30:00Z");
+  job.status.message = "exited with status 137";
+  job.status.finished_at = at("2026-11-30T11:00:00Z");
+  job.status.exit_code = 137;
+  job.status.signal = 9;
+  job.status.waiting_reason = "waiting for 25 blocks of h100";
+  job.status.cancel_requested = true;
+  job.status.attempts = 2;
+  const JobEventType types[] = {JobEventType::kQueued,    JobEventType::kScheduled,    JobEventType::kStarted,
+                                JobEventType::kPreempted, JobEventType::kCheckpointed, JobEventType::kResumed,
+                                JobEventType::kFinished,  JobEventType::kCancelled,    JobEventType::kFailed};
+  Time t = at("2026-11-30T10:00:00Z");
+  for (JobEventType type : types) {
+    job.status.events.push_back(
+        {type, t, type == JobEventType::kQueued ? "" : "because " + std::string(to_string(type))});
+    t += kMinute;
+  }
+  return job;
+}
+
+TEST(JobJson, RoundTripsEveryControlPlaneField) {
+  Job job = finished_job();
+  Json j = to_json(job);
+  auto back = job_from_json(j);
+  ASSERT_TRUE(back) << back.error().to_string();
+  EXPECT_EQ(*back, job);
+  EXPECT_EQ(j["spec"]["command"], Json({"python", "train.py", "--epochs", "3"}));
+  EXPECT_EQ(j["spec"]["env"]["WANDB_MODE"], "offline");
+  EXPECT_EQ(j["spec"]["working_dir"], "src/train");
+  EXPECT_EQ(j["spec"]["workspace"]["size_bytes"], 123456);
+  EXPECT_EQ(j["status"]["events"][1],
+            Json({{"type", "Scheduled"}, {"time", "2026-11-30T10:01:00Z"}, {"reason", "because Scheduled"}}));
+  EXPECT_FALSE(j["status"]["events"][0].contains("reason"));
+  EXPECT_EQ(j["status"]["exit_code"], 137);
+  EXPECT_EQ(j["status"]["signal"], 9);
+  EXPECT_EQ(j["status"]["finished_at"], "2026-11-30T11:00:00Z");
+  EXPECT_EQ(j["status"]["cancel_requested"], true);
+  EXPECT_EQ(j["status"]["attempts"], 2);
+  EXPECT_EQ(j["status"]["waiting_reason"], "waiting for 25 blocks of h100");
+}
+
+TEST(JobJson, JsonWrittenBeforeTheControlPlaneFieldsStillDecodes) {
+  Json old = Json::parse(R"({
+    "kind": "Job",
+    "metadata": {"name": "train-7f3a"},
+    "spec": {"project": "vision", "user": "alice", "priority_class": "dev", "gpu": "h100-25",
+             "cpu_milli": 0, "memory_mib": 0, "checkpointable": false},
+    "status": {"phase": "Pending", "submitted_at": "2026-11-30T10:00:00Z"}
+  })");
+  auto job = job_from_json(old);
+  ASSERT_TRUE(job) << job.error().to_string();
+  EXPECT_TRUE(job->spec.command.empty());
+  EXPECT_TRUE(job->spec.env.empty());
+  EXPECT_EQ(job->spec.working_dir, "");
+  EXPECT_FALSE(job->spec.workspace);
+  EXPECT_FALSE(job->status.finished_at);
+  EXPECT_FALSE(job->status.exit_code);
+  EXPECT_FALSE(job->status.signal);
+  EXPECT_TRUE(job->status.events.empty());
+  EXPECT_FALSE(job->status.cancel_requested);
+  EXPECT_EQ(job->status.attempts, 0);
+}
+
+TEST(JobJson, UserMayBeLeftForTheServerToFillButMustBeANameWhenGiven) {
+  Json j = to_json(running_job());
+  j["spec"].erase("user");
+  auto job = job_from_json(j);
+  ASSERT_TRUE(job) << job.error().to_string();
+  EXPECT_EQ(job->spec.user, "");
+
+  j["spec"]["user"] = "";
+  ASSERT_TRUE(job_from_json(j));
+
+  j["spec"]["user"] = "../alice";
+  EXPECT_EQ(job_from_json(j).error().field, "spec.user");
+  j["spec"]["user"] = 7;
+  EXPECT_EQ(job_from_json(j).error().field, "spec.user");
+}
+
+TEST(JobJson, ProjectIsStillRequired) {
+  Json j = to_json(running_job());
+  j["spec"].erase("project");
+  auto bad = job_from_json(j);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().field, "spec.project");
+  EXPECT_THAT(bad.error().message, HasSubstr("required"));
+}
+
+TEST(JobJson, ScheduledJobRoundTripsAndNeedsAPlacement) {
+  Job job = running_job();
+  job.status.phase = JobPhase::kScheduled;
+  job.status.started_at.reset();
+  Json j = to_json(job);
+  EXPECT_EQ(j["status"]["phase"], "Scheduled");
+  auto back = job_from_json(j);
+  ASSERT_TRUE(back) << back.error().to_string();
+  EXPECT_EQ(*back, job);
+
+  j["status"].erase("placement");
+  auto bad = job_from_json(j);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().field, "status.phase");
+  EXPECT_THAT(bad.error().message, HasSubstr("Scheduled job needs a placement"));
+}
+
+TEST(JobPhaseNames, ScheduledIsAppendedSoExistingValuesKeepTheirOrder) {
+  EXPECT_EQ(static_cast<int>(JobPhase::kPending), 0);
+  EXPECT_EQ(static_cast<int>(JobPhase::kRunning), 1);
+  EXPECT_EQ(static_cast<int>(JobPhase::kSucceeded), 2);
+  EXPECT_EQ(static_cast<int>(JobPhase::kFailed), 3);
+  EXPECT_EQ(static_cast<int>(JobPhase::kCancelled), 4);
+  EXPECT_EQ(static_cast<int>(JobPhase::kScheduled), 5);
+  for (JobPhase p : {JobPhase::kPending, JobPhase::kRunning, JobPhase::kSucceeded, JobPhase::kFailed,
+                     JobPhase::kCancelled, JobPhase::kScheduled}) {
+    EXPECT_EQ(parse_job_phase(to_string(p)), p);
+  }
+  EXPECT_FALSE(parse_job_phase("scheduled"));
+  EXPECT_TRUE(is_terminal(JobPhase::kCancelled));
+  EXPECT_FALSE(is_terminal(JobPhase::kScheduled));
+}
+
+TEST(JobJson, UnknownPhaseIsRefusedListingTheKnownOnes) {
+  Json j = to_json(running_job());
+  j["status"]["phase"] = "Exploded";
+  auto bad = job_from_json(j);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().field, "status.phase");
+  EXPECT_EQ(bad.error().value, "Exploded");
+  EXPECT_THAT(bad.error().message, HasSubstr("Pending, Scheduled, Running, Succeeded, Failed, Cancelled"));
+}
+
+TEST(JobJson, BadEnvironmentNamesTheVariable) {
+  Json j = to_json(finished_job());
+  j["spec"]["env"]["1BAD"] = "x";
+  auto bad = job_from_json(j);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().field, "spec.env.1BAD");
+  EXPECT_THAT(bad.error().message, HasSubstr("letters, digits and '_'"));
+
+  j = to_json(finished_job());
+  j["spec"]["env"]["MY-VAR"] = "x";
+  EXPECT_EQ(job_from_json(j).error().field, "spec.env.MY-VAR");
+
+  j = to_json(finished_job());
+  j["spec"]["env"]["BIG"] = std::string(kMaxEnvValueBytes + 1, 'x');
+  EXPECT_EQ(job_from_json(j).error().field, "spec.env.BIG");
+  j["spec"]["env"]["BIG"] = std::string(kMaxEnvValueBytes, 'x');
+  EXPECT_TRUE(job_from_json(j));
+
+  j = to_json(finished_job());
+  j["spec"]["env"]["NUMBER"] = 3;
+  EXPECT_EQ(job_from_json(j).error().field, "spec.env.NUMBER");
+
+  j = to_json(finished_job());
+  j["spec"]["env"]["NUL"] = std::string("a\0b", 3);
+  EXPECT_EQ(job_from_json(j).error().field, "spec.env.NUL");
+
+  j = to_json(finished_job());
+  j["spec"]["env"] = Json::object();
+  for (size_t i = 0; i <= kMaxEnvEntries; ++i) j["spec"]["env"]["V" + std::to_string(i)] = "";
+  EXPECT_EQ(job_from_json(j).error().field, "spec.env");
+}
+
+TEST(JobJson, WorkingDirMustStayInsideTheWorkspace) {
+  for (std::string dir : std::vector<std::string>{"../x", "/etc", "a/../../b", "a/..", "..", std::string("a\0b", 3)}) {
+    Json j = to_json(finished_job());
+    j["spec"]["working_dir"] = dir;
+    auto bad = job_from_json(j);
+    ASSERT_FALSE(bad) << dir;
+    EXPECT_EQ(bad.error().field, "spec.working_dir") << dir;
+  }
+  for (std::string dir : std::vector<std::string>{"", "src", "src/train/", "./src", "a..b/c", ".hidden"}) {
+    Json j = to_json(finished_job());
+    j["spec"]["working_dir"] = dir;
+    auto ok = job_from_json(j);
+    ASSERT_TRUE(ok) << dir << ": " << ok.error().to_string();
+    EXPECT_EQ(ok->spec.working_dir, dir);
+  }
+}
+
+TEST(JobJson, BadWorkspaceNamesTheField) {
+  for (std::string digest : {"sha256:" + std::string(63, 'a'), "sha256:" + std::string(64, 'A'), std::string(64, 'a'),
+                             "md5:" + std::string(64, 'a'), "sha256:" + std::string(64, 'g')}) {
+    Json j = to_json(finished_job());
+    j["spec"]["workspace"]["digest"] = digest;
+    auto bad = job_from_json(j);
+    ASSERT_FALSE(bad) << digest;
+    EXPECT_EQ(bad.error().field, "spec.workspace.digest") << digest;
+  }
+  Json j = to_json(finished_job());
+  j["spec"]["workspace"]["size_bytes"] = -1;
+  EXPECT_EQ(job_from_json(j).error().field, "spec.workspace.size_bytes");
+  j = to_json(finished_job());
+  j["spec"]["workspace"]["url"] = "http://x";
+  EXPECT_EQ(job_from_json(j).error().field, "spec.workspace.url");
+  j = to_json(finished_job());
+  j["spec"]["workspace"].erase("digest");
+  EXPECT_EQ(job_from_json(j).error().field, "spec.workspace.digest");
+}
+
+TEST(JobJson, BadCommandArgumentNamesItsIndex) {
+  Json j = to_json(finished_job());
+  j["spec"]["command"][3] = std::string(kMaxCommandArgBytes + 1, 'x');
+  auto bad = job_from_json(j);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().field, "spec.command[3]");
+  EXPECT_THAT(bad.error().message, HasSubstr("at most 4096 bytes"));
+
+  j = to_json(finished_job());
+  j["spec"]["command"][1] = 5;
+  EXPECT_EQ(job_from_json(j).error().field, "spec.command[1]");
+
+  j = to_json(finished_job());
+  j["spec"]["command"][2] = std::string("a\0b", 3);
+  EXPECT_EQ(job_from_json(j).error().field, "spec.command[2]");
+
+  j = to_json(finished_job());
+  j["spec"]["command"] = Json(std::vector<std::string>(kMaxCommandArgs + 1, "x"));
+  EXPECT_EQ(job_from_json(j).error().field, "spec.command");
+  j["spec"]["command"] = Json(std::vector<std::string>(kMaxCommandArgs, "x"));
+  EXPECT_TRUE(job_from_json(j));
+
+  j = to_json(finished_job());
+  j["spec"]["command"] = "python train.py";
+  EXPECT_EQ(job_from_json(j).error().field, "spec.command");
+}
+
+TEST(JobJson, BadEventNamesItsIndexAndField) {
+  Json j = to_json(finished_job());
+  j["status"]["events"][0]["type"] = "Exploded";
+  auto bad = job_from_json(j);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().field, "status.events[0].type");
+  EXPECT_THAT(bad.error().message,
+              HasSubstr("Queued, Scheduled, Started, Preempted, Checkpointed, Resumed, Finished, Cancelled, Failed"));
+
+  j = to_json(finished_job());
+  j["status"]["events"][2].erase("type");
+  EXPECT_EQ(job_from_json(j).error().field, "status.events[2].type");
+
+  j = to_json(finished_job());
+  j["status"]["events"][1].erase("time");
+  EXPECT_EQ(job_from_json(j).error().field, "status.events[1].time");
+
+  j = to_json(finished_job());
+  j["status"]["events"][1]["time"] = "yesterday";
+  EXPECT_EQ(job_from_json(j).error().field, "status.events[1].time");
+
+  j = to_json(finished_job());
+  j["status"]["events"][4]["who"] = "alice";
+  EXPECT_EQ(job_from_json(j).error().field, "status.events[4].who");
+}
+
+TEST(JobJson, ExitCodeSignalAndAttemptsAreRangeChecked) {
+  for (auto [field, value] : {std::pair{"exit_code", 256}, std::pair{"exit_code", -1}, std::pair{"signal", 0},
+                              std::pair{"signal", 128}, std::pair{"attempts", -1}}) {
+    Json j = to_json(finished_job());
+    j["status"][field] = value;
+    auto bad = job_from_json(j);
+    ASSERT_FALSE(bad) << field << "=" << value;
+    EXPECT_EQ(bad.error().field, std::string("status.") + field);
+  }
+  Json j = to_json(finished_job());
+  j["status"]["cancel_requested"] = "yes";
+  EXPECT_EQ(job_from_json(j).error().field, "status.cancel_requested");
+  j = to_json(finished_job());
+  j["status"]["node"] = "gpu-1";
+  EXPECT_EQ(job_from_json(j).error().field, "status.node");
+}
+
 Node h100_node() {
   Node node;
   node.meta.name = "gpu-12";
@@ -132,6 +411,123 @@ TEST(NodeJson, RefusesGpusOutOfIndexOrder) {
   EXPECT_EQ(node_from_json(j).error().field, "status.gpus[0].index");
 }
 
+Node reporting_node() {
+  Node node = h100_node();
+  node.simulated = true;
+  node.gpus[0].simulated = true;
+  node.last_heartbeat = at("2026-11-30T10:00:05Z");
+  node.agent_version = "0.4.0";
+  node.address = "10.0.0.12:7443";
+  node.conditions = {{"GpuHealthy", false, "XidError", "GPU 1 reported Xid 79", at("2026-11-30T09:59:00Z")},
+                     {"DiskPressure", false, "", "", std::nullopt}};
+  return node;
+}
+
+TEST(NodeJson, RoundTripsConditionsAgentFieldsAndSimulatedGpus) {
+  Node node = reporting_node();
+  Json j = to_json(node);
+  auto back = node_from_json(j);
+  ASSERT_TRUE(back) << back.error().to_string();
+  EXPECT_EQ(*back, node);
+  EXPECT_EQ(j["status"]["gpus"][0]["simulated"], true);
+  EXPECT_EQ(j["status"]["gpus"][1]["simulated"], false);
+  EXPECT_EQ(j["status"]["agent_version"], "0.4.0");
+  EXPECT_EQ(j["status"]["address"], "10.0.0.12:7443");
+  EXPECT_EQ(j["status"]["conditions"][0], Json({{"type", "GpuHealthy"},
+                                                {"status", false},
+                                                {"reason", "XidError"},
+                                                {"message", "GPU 1 reported Xid 79"},
+                                                {"last_transition", "2026-11-30T09:59:00Z"}}));
+  EXPECT_EQ(j["status"]["conditions"][1], Json({{"type", "DiskPressure"}, {"status", false}}));
+}
+
+TEST(NodeJson, EveryPhaseRoundTripsAndOnlyAnUncordonedReadyNodeIsSchedulable) {
+  for (NodePhase phase :
+       {NodePhase::kReady, NodePhase::kNotReady, NodePhase::kLost, NodePhase::kCordoned, NodePhase::kDraining}) {
+    Node node = h100_node();
+    node.phase = phase;
+    node.unschedulable = phase == NodePhase::kCordoned || phase == NodePhase::kDraining;
+    auto back = node_from_json(to_json(node));
+    ASSERT_TRUE(back) << back.error().to_string();
+    EXPECT_EQ(back->phase, phase);
+    EXPECT_EQ(parse_node_phase(to_string(phase)), phase);
+    EXPECT_EQ(back->schedulable(), phase == NodePhase::kReady) << to_string(phase);
+  }
+  Node cordoned_but_ready = h100_node();
+  cordoned_but_ready.unschedulable = true;
+  EXPECT_FALSE(cordoned_but_ready.schedulable());
+  EXPECT_EQ(to_json(h100_node())["status"]["phase"], "Ready");
+}
+
+TEST(NodeJson, OldDownPhaseIsRefusedListingTheKnownOnes) {
+  Json j = to_json(h100_node());
+  j["status"]["phase"] = "Down";
+  auto bad = node_from_json(j);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().field, "status.phase");
+  EXPECT_EQ(bad.error().value, "Down");
+  EXPECT_THAT(bad.error().message, HasSubstr("Ready, NotReady, Lost, Cordoned, Draining"));
+}
+
+TEST(NodeJson, BadConditionsNameTheirIndex) {
+  Json j = to_json(reporting_node());
+  j["status"]["conditions"][1]["type"] = "disk pressure";
+  EXPECT_EQ(node_from_json(j).error().field, "status.conditions[1].type");
+
+  j = to_json(reporting_node());
+  j["status"]["conditions"][1]["type"] = "GpuHealthy";
+  auto dup = node_from_json(j);
+  ASSERT_FALSE(dup);
+  EXPECT_EQ(dup.error().field, "status.conditions[1].type");
+  EXPECT_THAT(dup.error().message, HasSubstr("repeats status.conditions[0]"));
+
+  j = to_json(reporting_node());
+  j["status"]["conditions"][0].erase("status");
+  EXPECT_EQ(node_from_json(j).error().field, "status.conditions[0].status");
+
+  j = to_json(reporting_node());
+  j["status"]["conditions"][0]["status"] = "True";
+  EXPECT_EQ(node_from_json(j).error().field, "status.conditions[0].status");
+
+  j = to_json(reporting_node());
+  j["status"]["conditions"][0]["last_transition"] = "soon";
+  EXPECT_EQ(node_from_json(j).error().field, "status.conditions[0].last_transition");
+
+  j = to_json(reporting_node());
+  j["status"]["conditions"][0]["severity"] = "high";
+  EXPECT_EQ(node_from_json(j).error().field, "status.conditions[0].severity");
+}
+
+TEST(NodeJson, UnknownFieldsAreRefusedEverywhere) {
+  Json j = to_json(reporting_node());
+  j["status"]["gpus"][0]["temperature"] = 60;
+  EXPECT_EQ(node_from_json(j).error().field, "status.gpus[0].temperature");
+  j = to_json(reporting_node());
+  j["status"]["hostname"] = "x";
+  EXPECT_EQ(node_from_json(j).error().field, "status.hostname");
+  j = to_json(reporting_node());
+  j["spec"]["cordoned"] = true;
+  EXPECT_EQ(node_from_json(j).error().field, "spec.cordoned");
+}
+
+TEST(NodeJson, JsonWrittenBeforeTheControlPlaneFieldsStillDecodes) {
+  Json old = Json::parse(R"({
+    "kind": "Node",
+    "metadata": {"name": "gpu-12"},
+    "spec": {"unschedulable": false},
+    "status": {"phase": "Draining", "cpu_milli": 96000, "memory_mib": 1048576, "simulated": false,
+               "gpus": [{"index": 0, "uuid": "GPU-0", "model": "h100", "memory_mib": 81920,
+                         "healthy": true, "mig_enabled": false}]}
+  })");
+  auto node = node_from_json(old);
+  ASSERT_TRUE(node) << node.error().to_string();
+  EXPECT_EQ(node->phase, NodePhase::kDraining);
+  EXPECT_FALSE(node->gpus[0].simulated);
+  EXPECT_TRUE(node->conditions.empty());
+  EXPECT_EQ(node->agent_version, "");
+  EXPECT_EQ(node->address, "");
+}
+
 TEST(ProjectJson, RoundTripsAndChecksShares) {
   Project p{{"vision", "", {}, 0}, 2.0, {{"alice", 3.0}}};
   auto back = project_from_json(to_json(p));
@@ -143,6 +539,27 @@ TEST(ProjectJson, RoundTripsAndChecksShares) {
   j = to_json(p);
   j["spec"]["user_shares"]["bob"] = "many";
   EXPECT_EQ(project_from_json(j).error().field, "spec.user_shares.bob");
+}
+
+TEST(ProjectJson, RoundTripsADescriptionAndDecodesOldJsonWithoutOne) {
+  Project p{{"vision", "", {}, 0}, 2.0, {{"alice", 3.0}}, "Computer vision research"};
+  Json j = to_json(p);
+  EXPECT_EQ(j["spec"]["description"], "Computer vision research");
+  auto back = project_from_json(j);
+  ASSERT_TRUE(back) << back.error().to_string();
+  EXPECT_EQ(*back, p);
+
+  auto old = project_from_json(Json::parse(R"({"kind":"Project","metadata":{"name":"nlp"},"spec":{"share":1}})"));
+  ASSERT_TRUE(old) << old.error().to_string();
+  EXPECT_EQ(old->description, "");
+
+  j["spec"]["description"] = std::string(kMaxDescriptionBytes + 1, 'x');
+  EXPECT_EQ(project_from_json(j).error().field, "spec.description");
+  j["spec"]["description"] = 5;
+  EXPECT_EQ(project_from_json(j).error().field, "spec.description");
+  j = to_json(p);
+  j["spec"]["owner"] = "alice";
+  EXPECT_EQ(project_from_json(j).error().field, "spec.owner");
 }
 
 }  // namespace

@@ -1,0 +1,130 @@
+// The face of src/net: an asynchronous HTTP/1.1 server and a blocking client on Boost.Beast/Asio,
+// TLS (OpenSSL) by default, plain HTTP only on a loopback address.
+//
+// The server reads requests on a few I/O threads and runs handlers on a worker pool, so a handler
+// may block (on a store commit, say) without stalling other connections. A handler answers with a
+// whole body or with a Stream: chunked output that the connection writes as the producer pushes
+// it, for watch and log-follow streams that stay open for hours. Hundreds of streams cost buffers,
+// not threads.
+#pragma once
+
+// Boost 1.74's Asio under C++20 with GCC 12 needs <utility> before its headers.
+#include <utility>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "net/tls_files.h"
+
+namespace cnlab::net {
+
+struct Request {
+  std::string method;  // "GET", "POST", ...
+  std::string target;  // as sent: path and query
+  std::string path;    // decoded path without the query
+  std::multimap<std::string, std::string> query;  // decoded
+  std::map<std::string, std::string> headers;     // names lower-cased
+  std::string body;
+  std::string remote;  // "127.0.0.1:53422"
+
+  std::string header(const std::string& lower_name) const;  // "" when absent
+  std::string query_value(const std::string& name) const;   // "" when absent
+  bool has_query(const std::string& name) const;
+};
+
+// Chunked output for long-lived responses. The producer (any thread) pushes; the connection writes
+// in order. When the unwritten backlog passes `max_backlog_bytes` the stream is cut off: push()
+// returns false from then on and the connection ends the response, so a slow reader never grows
+// the server's memory without bound.
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  virtual bool push(std::string chunk) = 0;
+  // Ends the response after everything pushed so far is written.
+  virtual void finish() = 0;
+  // True once the client has gone or the stream was cut off or finished.
+  virtual bool closed() const = 0;
+  // Called once (on some thread) when the stream is closed for any reason; the producer's cleanup.
+  // Registered after the close, it runs at once on the caller's thread. It never runs inside
+  // push() or finish(), so it may take locks the producer holds while pushing; keep it short (it
+  // usually runs on an I/O thread).
+  virtual void on_close(std::function<void()> callback) = 0;
+};
+
+struct Response {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;
+  // When set, the body is ignored: the status and headers are sent, then `start_stream` is called
+  // with the open stream (on a worker thread) and the response is chunked.
+  std::function<void(std::shared_ptr<Stream>)> start_stream;
+};
+
+using Handler = std::function<Response(const Request&)>;
+
+struct ServerOptions {
+  std::string listen = "127.0.0.1:0";  // HOST:PORT; port 0 picks a free port
+  bool tls = true;
+  std::string cert_file;  // PEM chain, required with tls
+  std::string key_file;   // PEM private key, required with tls
+  int io_threads = 2;
+  int worker_threads = 64;
+  size_t max_body_bytes = 8 << 20;    // larger bodies get 413 before the handler runs
+  size_t max_header_bytes = 16 << 10; // larger header blocks get 431/400
+  size_t max_connections = 10000;
+  size_t max_stream_backlog_bytes = 4 << 20;
+  std::chrono::seconds idle_timeout{120};  // a keep-alive connection with no request is closed
+};
+
+class Server {
+ public:
+  // Binds and starts serving. Refuses plain HTTP on a non-loopback address (kInvalidArgument
+  // naming "--listen"), a missing or bad certificate or key (naming the file).
+  static Result<std::unique_ptr<Server>> start(const ServerOptions& options, Handler handler);
+  virtual ~Server() = default;
+  // "https://127.0.0.1:41234": the bound address and port; a wildcard listen address
+  // (0.0.0.0, ::) is reported as the loopback address.
+  virtual std::string url() const = 0;
+  virtual uint16_t port() const = 0;
+  // Stops accepting, closes connections and streams, joins the threads. Idempotent.
+  virtual void stop() = 0;
+};
+
+struct ClientOptions {
+  std::string url;      // "https://host:port" or "http://127.0.0.1:port"
+  std::string ca_file;  // PEM; the server's certificate must chain to it (https only)
+  std::string token;    // sent as "Authorization: Bearer ..." when not empty
+  std::chrono::milliseconds timeout{30000};
+};
+
+struct ClientResponse {
+  int status = 0;
+  std::map<std::string, std::string> headers;  // names lower-cased
+  std::string body;
+};
+
+// A blocking client holding one keep-alive connection (reconnecting when it drops). Not
+// thread-safe: one per thread.
+class Client {
+ public:
+  static Result<std::unique_ptr<Client>> connect(const ClientOptions& options);
+  virtual ~Client() = default;
+  // Transport errors are kUnavailable; any HTTP status is a value.
+  virtual Result<ClientResponse> request(const std::string& method, const std::string& target,
+                                         const std::string& body = "",
+                                         const std::map<std::string, std::string>& headers = {}) = 0;
+  // Sends a request and calls `on_chunk` with the body as it arrives (chunk boundaries as the
+  // server sent them are not promised: callers split lines themselves) until the server ends the
+  // response, `on_chunk` returns false, or the timeout passes with nothing received.
+  virtual Result<int> stream(const std::string& method, const std::string& target,
+                             const std::function<bool(std::string_view)>& on_chunk) = 0;
+};
+
+}  // namespace cnlab::net

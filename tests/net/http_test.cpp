@@ -1,0 +1,728 @@
+// The HTTP server and client end to end, over TLS from a CA made with tls_files, on port 0.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <functional>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "net/net.h"
+
+namespace cnlab::net {
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+// Polls `done` until it holds or `limit` passes.
+bool wait_until(const std::function<bool()>& done, std::chrono::milliseconds limit = 10s) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "cnlab-net-XXXXXX").string();
+    path_ = ::mkdtemp(pattern.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// A CA and a server certificate for localhost and 127.0.0.1 (or the names given).
+struct Pki {
+  TempDir dir;
+  std::string ca_cert = dir.file("ca.crt");
+  std::string ca_key = dir.file("ca.key");
+  std::string cert = dir.file("server.crt");
+  std::string key = dir.file("server.key");
+
+  explicit Pki(std::vector<std::string> dns = {"localhost"}, std::vector<std::string> ips = {"127.0.0.1"}) {
+    auto ca = create_ca(ca_cert, ca_key, "cnlab test CA", 30);
+    EXPECT_TRUE(ca) << ca.error().to_string();
+    auto server = issue_server_cert(ca_cert, ca_key, cert, key, dns, ips, 30);
+    EXPECT_TRUE(server) << server.error().to_string();
+  }
+};
+
+std::unique_ptr<Server> start_tls(const Pki& pki, Handler handler, ServerOptions options = {}) {
+  options.cert_file = pki.cert;
+  options.key_file = pki.key;
+  auto server = Server::start(options, std::move(handler));
+  EXPECT_TRUE(server) << server.error().to_string();
+  return server ? std::move(*server) : nullptr;
+}
+
+std::unique_ptr<Server> start_plain(Handler handler, ServerOptions options = {}) {
+  options.tls = false;
+  auto server = Server::start(options, std::move(handler));
+  EXPECT_TRUE(server) << server.error().to_string();
+  return server ? std::move(*server) : nullptr;
+}
+
+std::unique_ptr<Client> connect(const Server& server, const Pki* pki, std::string token = "") {
+  auto client = Client::connect({.url = server.url(), .ca_file = pki ? pki->ca_cert : "", .token = token,
+                                 .timeout = 10s});
+  EXPECT_TRUE(client) << client.error().to_string();
+  return client ? std::move(*client) : nullptr;
+}
+
+Response text(std::string body) {
+  Response response;
+  response.content_type = "text/plain";
+  response.body = std::move(body);
+  return response;
+}
+
+// A plain TCP connection for sending what no well-behaved client would.
+class RawSocket {
+ public:
+  explicit RawSocket(uint16_t port, int receive_buffer = 0) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (receive_buffer > 0) ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof(receive_buffer));
+    timeval timeout{10, 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(port);
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
+  }
+  ~RawSocket() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  bool connected() const { return connected_; }
+
+  bool send(std::string_view data) {
+    while (!data.empty()) {
+      ssize_t n = ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      data.remove_prefix(static_cast<size_t>(n));
+    }
+    return true;
+  }
+
+  // What arrives until `marker` has (or the server closes, or 10 s of silence).
+  std::string read_until(std::string_view marker) {
+    std::string out;
+    char buffer[4096];
+    while (out.find(marker) == std::string::npos) {
+      ssize_t n = ::recv(fd_, buffer, sizeof(buffer), 0);
+      if (n <= 0) return out;
+      out.append(buffer, static_cast<size_t>(n));
+    }
+    return out;
+  }
+
+  // Everything until the server closes (or 10 s of silence).
+  std::string read_all() {
+    std::string out;
+    char buffer[4096];
+    for (;;) {
+      ssize_t n = ::recv(fd_, buffer, sizeof(buffer), 0);
+      if (n <= 0) return out;
+      out.append(buffer, static_cast<size_t>(n));
+    }
+  }
+
+ private:
+  int fd_ = -1;
+  bool connected_ = false;
+};
+
+// What a streaming handler hands the test: the open streams by index, and how many have closed.
+struct StreamProbe {
+  std::mutex mu;
+  std::map<int, std::shared_ptr<Stream>> streams;
+  std::atomic<int> closed{0};
+
+  Response handle(const Request& request) {
+    int index = request.has_query("i") ? std::stoi(request.query_value("i")) : 0;
+    Response response;
+    response.content_type = "application/x-ndjson";
+    response.start_stream = [this, index](std::shared_ptr<Stream> stream) {
+      stream->on_close([this] { ++closed; });
+      std::lock_guard lock(mu);
+      streams[index] = std::move(stream);
+    };
+    return response;
+  }
+
+  std::shared_ptr<Stream> stream(int index) {
+    std::shared_ptr<Stream> found;
+    wait_until([&] {
+      std::lock_guard lock(mu);
+      auto it = streams.find(index);
+      if (it != streams.end()) found = it->second;
+      return found != nullptr;
+    });
+    return found;
+  }
+
+  size_t count() {
+    std::lock_guard lock(mu);
+    return streams.size();
+  }
+};
+
+// What a streaming client has received so far, readable from the test thread.
+struct Received {
+  std::mutex mu;
+  std::string text;
+  void add(std::string_view chunk) {
+    std::lock_guard lock(mu);
+    text.append(chunk);
+  }
+  std::string get() {
+    std::lock_guard lock(mu);
+    return text;
+  }
+};
+
+TEST(TlsFiles, WritesCaAndServerCertificateWithOwnerOnlyPrivateKeys) {
+  Pki pki;
+  for (const auto& path : {pki.ca_cert, pki.cert}) EXPECT_TRUE(std::filesystem::exists(path)) << path;
+  for (const auto& path : {pki.ca_key, pki.key}) {
+    struct stat info {};
+    ASSERT_EQ(::stat(path.c_str(), &info), 0) << path;
+    EXPECT_EQ(info.st_mode & 0777, 0600u) << path;
+  }
+}
+
+TEST(TlsFiles, RefusesAServerCertificateWithoutNamesOrWithABadAddress) {
+  Pki pki;
+  EXPECT_FALSE(issue_server_cert(pki.ca_cert, pki.ca_key, pki.dir.file("a.crt"), pki.dir.file("a.key"), {}, {}, 30));
+  auto bad_ip = issue_server_cert(pki.ca_cert, pki.ca_key, pki.dir.file("a.crt"), pki.dir.file("a.key"), {},
+                                  {"300.1.1.1"}, 30);
+  ASSERT_FALSE(bad_ip);
+  EXPECT_THAT(bad_ip.error().to_string(), HasSubstr("300.1.1.1"));
+}
+
+TEST(Server, TlsRoundTripReachesHandlerAndClientVerifiesTheCa) {
+  Pki pki;
+  auto server = start_tls(pki, [](const Request& request) {
+    return text(request.method + " " + request.path + " " + request.body);
+  });
+  ASSERT_TRUE(server);
+  EXPECT_THAT(server->url(), StartsWith("https://127.0.0.1:"));
+  EXPECT_EQ(server->url(), "https://127.0.0.1:" + std::to_string(server->port()));
+  auto client = connect(*server, &pki);
+  ASSERT_TRUE(client);
+  auto response = client->request("POST", "/v1/jobs", R"({"name":"a"})");
+  ASSERT_TRUE(response) << response.error().to_string();
+  EXPECT_EQ(response->status, 200);
+  EXPECT_EQ(response->body, R"(POST /v1/jobs {"name":"a"})");
+  EXPECT_EQ(response->headers["content-type"], "text/plain");
+  EXPECT_EQ(response->headers["content-length"], std::to_string(response->body.size()));
+}
+
+TEST(Server, ClientReachesServerByDnsNameInTheCertificate) {
+  Pki pki;
+  auto server = start_tls(pki, [](const Request&) { return text("ok"); });
+  ASSERT_TRUE(server);
+  auto client = Client::connect(
+      {.url = "https://localhost:" + std::to_string(server->port()), .ca_file = pki.ca_cert, .timeout = 10s});
+  ASSERT_TRUE(client) << client.error().to_string();
+  auto response = (*client)->request("GET", "/");
+  ASSERT_TRUE(response) << response.error().to_string();
+  EXPECT_EQ(response->body, "ok");
+}
+
+TEST(Server, DecodesPathQueryAndLowerCasesHeaderNames) {
+  Pki pki;
+  Request seen;
+  auto server = start_tls(pki, [&](const Request& request) {
+    seen = request;
+    return text("");
+  });
+  ASSERT_TRUE(server);
+  auto client = connect(*server, &pki, "secret-token");
+  ASSERT_TRUE(client);
+  auto response =
+      client->request("GET", "/v1/jobs/a%20b?x=1&y=hello+world&y=two&flag&e=%26%3D", "", {{"X-Custom-Thing", "V"}});
+  ASSERT_TRUE(response) << response.error().to_string();
+  EXPECT_EQ(seen.path, "/v1/jobs/a b");
+  EXPECT_EQ(seen.target, "/v1/jobs/a%20b?x=1&y=hello+world&y=two&flag&e=%26%3D");
+  EXPECT_EQ(seen.query_value("x"), "1");
+  EXPECT_EQ(seen.query.count("y"), 2u);
+  EXPECT_EQ(seen.query_value("y"), "hello world");
+  EXPECT_TRUE(seen.has_query("flag"));
+  EXPECT_EQ(seen.query_value("flag"), "");
+  EXPECT_EQ(seen.query_value("e"), "&=");
+  EXPECT_FALSE(seen.has_query("missing"));
+  EXPECT_EQ(seen.header("x-custom-thing"), "V");
+  EXPECT_EQ(seen.header("authorization"), "Bearer secret-token");
+  EXPECT_EQ(seen.header("absent"), "");
+  EXPECT_THAT(seen.remote, StartsWith("127.0.0.1:"));
+}
+
+TEST(Server, HandlerHeadersAndStatusReachTheClient) {
+  Pki pki;
+  auto server = start_tls(pki, [](const Request&) {
+    Response response;
+    response.status = 409;
+    response.body = R"({"error":{"code":"conflict"}})";
+    response.headers = {{"X-Revision", "42"}, {"Bad\r\nHeader", "x"}};
+    return response;
+  });
+  ASSERT_TRUE(server);
+  auto client = connect(*server, &pki);
+  ASSERT_TRUE(client);
+  auto response = client->request("PUT", "/x", "{}");
+  ASSERT_TRUE(response) << response.error().to_string();
+  EXPECT_EQ(response->status, 409);
+  EXPECT_EQ(response->headers["x-revision"], "42");
+  EXPECT_EQ(response->headers["content-type"], "application/json");
+  EXPECT_EQ(response->body, R"({"error":{"code":"conflict"}})");
+}
+
+TEST(Client, RefusesAServerWhoseCertificateDoesNotChainToItsCa) {
+  Pki pki;
+  Pki other;
+  auto server = start_tls(pki, [](const Request&) { return text("ok"); });
+  ASSERT_TRUE(server);
+  auto client = Client::connect({.url = server->url(), .ca_file = other.ca_cert, .timeout = 10s});
+  ASSERT_FALSE(client);
+  EXPECT_EQ(client.error().code, ErrorCode::kUnavailable);
+  EXPECT_THAT(client.error().to_string(), HasSubstr("verification"));
+}
+
+TEST(Client, RefusesACertificateThatDoesNotNameTheServerAddress) {
+  Pki pki({"example.test"}, {"10.9.8.7"});
+  auto server = start_tls(pki, [](const Request&) { return text("ok"); });
+  ASSERT_TRUE(server);
+  auto client = Client::connect({.url = server->url(), .ca_file = pki.ca_cert, .timeout = 10s});
+  ASSERT_FALSE(client);
+  EXPECT_EQ(client.error().code, ErrorCode::kUnavailable);
+  EXPECT_THAT(client.error().to_string(), HasSubstr("verification"));
+}
+
+TEST(Client, ReportsAServerThatIsNotThereAsUnavailable) {
+  auto server = start_plain([](const Request&) { return text("ok"); });
+  ASSERT_TRUE(server);
+  std::string url = server->url();
+  server->stop();
+  auto client = Client::connect({.url = url, .timeout = 5s});
+  ASSERT_FALSE(client);
+  EXPECT_EQ(client.error().code, ErrorCode::kUnavailable);
+  EXPECT_THAT(client.error().to_string(), HasSubstr("cannot connect"));
+}
+
+TEST(Client, ReconnectsOnceWhenTheServerClosedTheKeptAliveConnection) {
+  auto first = start_plain([](const Request&) { return text("first"); });
+  ASSERT_TRUE(first);
+  uint16_t port = first->port();
+  auto client = connect(*first, nullptr);
+  ASSERT_TRUE(client);
+  ASSERT_TRUE(client->request("GET", "/"));
+  first->stop();  // closes the kept-alive connection
+  auto second = start_plain([](const Request&) { return text("second"); },
+                            {.listen = "127.0.0.1:" + std::to_string(port)});
+  ASSERT_TRUE(second);
+  auto response = client->request("GET", "/");
+  ASSERT_TRUE(response) << response.error().to_string();
+  EXPECT_EQ(response->body, "second");
+}
+
+TEST(Server, RefusesPlainHttpOnANonLoopbackAddress) {
+  auto server = Server::start({.listen = "0.0.0.0:0", .tls = false}, [](const Request&) { return text("ok"); });
+  ASSERT_FALSE(server);
+  EXPECT_EQ(server.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(server.error().field, "--listen");
+}
+
+TEST(Server, ServesPlainHttpOnLoopback) {
+  auto server = start_plain([](const Request&) { return text("plain"); }, {.listen = "127.0.0.1:0"});
+  ASSERT_TRUE(server);
+  EXPECT_THAT(server->url(), StartsWith("http://127.0.0.1:"));
+  auto client = connect(*server, nullptr);
+  ASSERT_TRUE(client);
+  auto response = client->request("GET", "/");
+  ASSERT_TRUE(response) << response.error().to_string();
+  EXPECT_EQ(response->body, "plain");
+}
+
+TEST(Server, NamesAMissingOrBadCertificateOrKeyFile) {
+  Pki pki;
+  auto handler = [](const Request&) { return text("ok"); };
+  auto missing = Server::start({.cert_file = pki.dir.file("nope.crt"), .key_file = pki.key}, handler);
+  ASSERT_FALSE(missing);
+  EXPECT_THAT(missing.error().to_string(), HasSubstr("nope.crt"));
+  // The CA key is a key, but not the certificate's.
+  auto mismatched = Server::start({.cert_file = pki.cert, .key_file = pki.ca_key}, handler);
+  ASSERT_FALSE(mismatched);
+  EXPECT_THAT(mismatched.error().to_string(), HasSubstr(pki.ca_key));
+  auto not_a_key = Server::start({.cert_file = pki.cert, .key_file = pki.cert}, handler);
+  ASSERT_FALSE(not_a_key);
+  EXPECT_THAT(not_a_key.error().to_string(), HasSubstr(pki.cert));
+}
+
+TEST(Server, OversizedBodyGets413BeforeTheHandlerRuns) {
+  Pki pki;
+  std::atomic<int> calls{0};
+  auto server = start_tls(pki, [&](const Request&) {
+    ++calls;
+    return text("ok");
+  }, {.max_body_bytes = 1024});
+  ASSERT_TRUE(server);
+  auto client = connect(*server, &pki);
+  ASSERT_TRUE(client);
+  auto response = client->request("POST", "/upload", std::string(64 << 10, 'x'));
+  ASSERT_TRUE(response) << response.error().to_string();
+  EXPECT_EQ(response->status, 413);
+  EXPECT_THAT(response->body, HasSubstr(R"("code":"too_large")"));
+  EXPECT_EQ(calls.load(), 0);
+  // The client reconnects; the server goes on serving.
+  auto next = client->request("POST", "/upload", "small");
+  ASSERT_TRUE(next) << next.error().to_string();
+  EXPECT_EQ(next->status, 200);
+  EXPECT_EQ(calls.load(), 1);
+}
+
+TEST(Server, OversizedHeaderIsRefused) {
+  Pki pki;
+  std::atomic<int> calls{0};
+  auto server = start_tls(pki, [&](const Request&) {
+    ++calls;
+    return text("ok");
+  }, {.max_header_bytes = 4096});
+  ASSERT_TRUE(server);
+  auto client = connect(*server, &pki);
+  ASSERT_TRUE(client);
+  auto response = client->request("GET", "/", "", {{"X-Big", std::string(16 << 10, 'h')}});
+  ASSERT_TRUE(response) << response.error().to_string();
+  EXPECT_EQ(response->status, 431);
+  EXPECT_THAT(response->body, HasSubstr("too_large"));
+  EXPECT_EQ(calls.load(), 0);
+}
+
+TEST(Server, MalformedRequestLineGets400AndTheServerKeepsServing) {
+  auto server = start_plain([](const Request&) { return text("ok"); });
+  ASSERT_TRUE(server);
+  RawSocket raw(server->port());
+  ASSERT_TRUE(raw.connected());
+  ASSERT_TRUE(raw.send("this is not http at all\r\n\r\n"));
+  std::string reply = raw.read_all();
+  EXPECT_THAT(reply, StartsWith("HTTP/1.1 400"));
+  EXPECT_THAT(reply, HasSubstr("invalid_argument"));
+  auto client = connect(*server, nullptr);
+  ASSERT_TRUE(client);
+  auto response = client->request("GET", "/");
+  ASSERT_TRUE(response) << response.error().to_string();
+  EXPECT_EQ(response->status, 200);
+}
+
+TEST(Server, AnswersExpectContinueBeforeTheBodyIsSent) {
+  auto server = start_plain([](const Request& request) { return text("got " + request.body); });
+  ASSERT_TRUE(server);
+  RawSocket raw(server->port());
+  ASSERT_TRUE(raw.connected());
+  ASSERT_TRUE(raw.send("POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n"));
+  EXPECT_THAT(raw.read_until("\r\n\r\n"), StartsWith("HTTP/1.1 100 Continue\r\n"));
+  ASSERT_TRUE(raw.send("hello"));
+  std::string reply = raw.read_until("got hello");
+  EXPECT_THAT(reply, StartsWith("HTTP/1.1 200 OK\r\n"));
+  EXPECT_THAT(reply, HasSubstr("got hello"));
+}
+
+TEST(Server, KeepAliveServesManyRequestsOnOneConnection) {
+  Pki pki;
+  std::mutex mu;
+  std::set<std::string> remotes;
+  auto server = start_tls(pki, [&](const Request& request) {
+    std::lock_guard lock(mu);
+    remotes.insert(request.remote);
+    return text("ok");
+  });
+  ASSERT_TRUE(server);
+  auto client = connect(*server, &pki);
+  ASSERT_TRUE(client);
+  for (int i = 0; i < 50; ++i) {
+    auto response = client->request("GET", "/n");
+    ASSERT_TRUE(response) << response.error().to_string();
+    ASSERT_EQ(response->status, 200);
+  }
+  std::lock_guard lock(mu);
+  EXPECT_EQ(remotes.size(), 1u);
+}
+
+TEST(Server, HandlerThatBlocksDoesNotStallOtherConnections) {
+  Pki pki;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  std::atomic<bool> entered{false};
+  auto server = start_tls(pki, [&](const Request& request) {
+    if (request.path == "/block") {
+      entered = true;
+      std::unique_lock lock(mu);
+      cv.wait_for(lock, 30s, [&] { return release; });
+    }
+    return text(request.path);
+  }, {.io_threads = 1, .worker_threads = 4});
+  ASSERT_TRUE(server);
+  Result<ClientResponse> blocked = Error::internal("not run");
+  std::thread slow([&] {
+    auto client = connect(*server, &pki);
+    if (client) blocked = client->request("GET", "/block");
+  });
+  ASSERT_TRUE(wait_until([&] { return entered.load(); }));
+  auto client = connect(*server, &pki);
+  ASSERT_TRUE(client);
+  auto fast = client->request("GET", "/fast");
+  ASSERT_TRUE(fast) << fast.error().to_string();
+  EXPECT_EQ(fast->body, "/fast");
+  {
+    std::lock_guard lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  slow.join();
+  ASSERT_TRUE(blocked) << blocked.error().to_string();
+  EXPECT_EQ(blocked->body, "/block");
+}
+
+TEST(Server, HandlerThatThrowsGets500AndTheConnectionStaysUsable) {
+  Pki pki;
+  auto server = start_tls(pki, [](const Request& request) -> Response {
+    if (request.path == "/throw") throw std::runtime_error("boom");
+    return text("fine");
+  });
+  ASSERT_TRUE(server);
+  auto client = connect(*server, &pki);
+  ASSERT_TRUE(client);
+  auto response = client->request("GET", "/throw");
+  ASSERT_TRUE(response) << response.error().to_string();
+  EXPECT_EQ(response->status, 500);
+  EXPECT_THAT(response->body, HasSubstr(R"("code":"internal")"));
+  auto next = client->request("GET", "/");
+  ASSERT_TRUE(next) << next.error().to_string();
+  EXPECT_EQ(next->body, "fine");
+}
+
+TEST(Server, ConnectionsBeyondTheLimitGet503) {
+  Pki pki;
+  auto server = start_tls(pki, [](const Request&) { return text("ok"); }, {.max_connections = 1});
+  ASSERT_TRUE(server);
+  auto first = connect(*server, &pki);
+  ASSERT_TRUE(first);
+  auto before = first->request("GET", "/");
+  ASSERT_TRUE(before) << before.error().to_string();
+  EXPECT_EQ(before->status, 200);
+  auto second = Client::connect({.url = server->url(), .ca_file = pki.ca_cert, .timeout = 10s});
+  if (second) {  // the handshake may finish before the 503 arrives, or the close may win the race
+    auto response = (*second)->request("GET", "/");
+    if (response) {
+      EXPECT_EQ(response->status, 503);
+      EXPECT_THAT(response->body, HasSubstr("unavailable"));
+    } else {
+      EXPECT_EQ(response.error().code, ErrorCode::kUnavailable);
+    }
+  }
+  // The connection within the limit is unaffected.
+  auto after = first->request("GET", "/");
+  ASSERT_TRUE(after) << after.error().to_string();
+  EXPECT_EQ(after->status, 200);
+}
+
+TEST(Stream, DeliversChunksInOrderAsTheyArePushedUntilFinish) {
+  Pki pki;
+  StreamProbe probe;
+  auto server = start_tls(pki, [&](const Request& request) { return probe.handle(request); });
+  ASSERT_TRUE(server);
+  auto client = connect(*server, &pki);
+  ASSERT_TRUE(client);
+  Received received;
+  Result<int> status = Error::internal("not run");
+  std::thread reader([&] {
+    status = client->stream("GET", "/watch", [&](std::string_view chunk) {
+      received.add(chunk);
+      return true;
+    });
+  });
+  auto stream = probe.stream(0);
+  ASSERT_TRUE(stream);
+  std::string expected;
+  for (int i = 0; i < 5; ++i) {
+    std::string line = "{\"event\":" + std::to_string(i) + "}\n";
+    ASSERT_TRUE(stream->push(line));
+    expected += line;
+    // The client sees each chunk before the next is pushed: delivery is incremental.
+    ASSERT_TRUE(wait_until([&] { return received.get() == expected; })) << received.get();
+  }
+  stream->finish();
+  EXPECT_TRUE(stream->closed());
+  EXPECT_FALSE(stream->push("late"));
+  reader.join();
+  ASSERT_TRUE(status) << status.error().to_string();
+  EXPECT_EQ(*status, 200);
+  EXPECT_EQ(received.get(), expected);
+  EXPECT_TRUE(wait_until([&] { return probe.closed.load() == 1; }));
+}
+
+TEST(Stream, ClientThatDisconnectsMidStreamTriggersOnCloseOnce) {
+  Pki pki;
+  StreamProbe probe;
+  auto server = start_tls(pki, [&](const Request& request) { return probe.handle(request); });
+  ASSERT_TRUE(server);
+  auto client = connect(*server, &pki);
+  ASSERT_TRUE(client);
+  std::thread reader([&] {
+    // Stops after the first chunk, which closes the connection.
+    auto status = client->stream("GET", "/watch", [](std::string_view) { return false; });
+    EXPECT_TRUE(status);
+  });
+  auto stream = probe.stream(0);
+  ASSERT_TRUE(stream);
+  ASSERT_TRUE(stream->push("first\n"));
+  reader.join();
+  ASSERT_TRUE(wait_until([&] { return probe.closed.load() == 1; }));
+  EXPECT_TRUE(stream->closed());
+  EXPECT_FALSE(stream->push("more\n"));
+  stream->finish();
+  // A callback registered after the close runs at once; the first one ran exactly once.
+  bool late = false;
+  stream->on_close([&] { late = true; });
+  EXPECT_TRUE(late);
+  EXPECT_EQ(probe.closed.load(), 1);
+}
+
+TEST(Stream, ReaderThatNeverReadsIsCutOffOnceItsBacklogPassesTheLimit) {
+  StreamProbe probe;
+  constexpr size_t kBacklog = 256 << 10;
+  auto server = start_plain([&](const Request& request) { return probe.handle(request); },
+                            {.max_stream_backlog_bytes = kBacklog});
+  ASSERT_TRUE(server);
+  RawSocket raw(server->port(), /*receive_buffer=*/4096);
+  ASSERT_TRUE(raw.connected());
+  ASSERT_TRUE(raw.send("GET /watch HTTP/1.1\r\nHost: x\r\n\r\n"));
+  auto stream = probe.stream(0);
+  ASSERT_TRUE(stream);
+  const std::string chunk(16 << 10, 'z');
+  size_t pushed = 0;
+  bool cut = false;
+  // Kernel buffers take a few MB; beyond them the backlog limit must stop the producer.
+  while (pushed < (256u << 20)) {
+    if (!stream->push(chunk)) {
+      cut = true;
+      break;
+    }
+    pushed += chunk.size();
+  }
+  EXPECT_TRUE(cut) << "pushed " << pushed << " bytes without a cut-off";
+  EXPECT_TRUE(stream->closed());
+  EXPECT_TRUE(wait_until([&] { return probe.closed.load() == 1; }));
+}
+
+TEST(Stream, TwoHundredConcurrentStreamsEachGetTheirOwnChunks) {
+  StreamProbe probe;
+  auto server = start_plain([&](const Request& request) { return probe.handle(request); },
+                            {.worker_threads = 8});
+  ASSERT_TRUE(server);
+  constexpr int kStreams = 200;
+  std::vector<std::unique_ptr<RawSocket>> sockets;
+  for (int i = 0; i < kStreams; ++i) {
+    sockets.push_back(std::make_unique<RawSocket>(server->port()));
+    ASSERT_TRUE(sockets.back()->connected());
+    ASSERT_TRUE(sockets.back()->send("GET /watch?i=" + std::to_string(i) + " HTTP/1.1\r\nHost: x\r\n\r\n"));
+  }
+  ASSERT_TRUE(wait_until([&] { return probe.count() == kStreams; }));
+  for (int i = 0; i < kStreams; ++i) {
+    auto stream = probe.stream(i);
+    ASSERT_TRUE(stream->push("hello " + std::to_string(i) + "\n"));
+    ASSERT_TRUE(stream->push("bye " + std::to_string(i) + "\n"));
+    stream->finish();
+  }
+  for (int i = 0; i < kStreams; ++i) {
+    std::string reply = sockets[i]->read_all();
+    EXPECT_THAT(reply, StartsWith("HTTP/1.1 200"));
+    EXPECT_THAT(reply, HasSubstr("Transfer-Encoding: chunked"));
+    std::string hello = "hello " + std::to_string(i) + "\n";
+    std::string bye = "bye " + std::to_string(i) + "\n";
+    EXPECT_THAT(reply, HasSubstr(hello));
+    EXPECT_LT(reply.find(hello), reply.find(bye));
+    EXPECT_TRUE(reply.ends_with("0\r\n\r\n")) << i;
+  }
+  EXPECT_TRUE(wait_until([&] { return probe.closed.load() == kStreams; }));
+}
+
+TEST(Server, RandomGarbageOnRawSocketsNeverCrashesTheServer) {
+  Pki pki;
+  auto tls = start_tls(pki, [](const Request&) { return text("ok"); });
+  auto plain = start_plain([](const Request&) { return text("ok"); });
+  ASSERT_TRUE(tls && plain);
+  std::mt19937 random(12345);
+  const std::vector<std::string> prefixes = {"", "GET / HTTP/1.1\r\n", "POST /x HTTP/1.1\r\nContent-Length: 99999\r\n\r\n",
+                                             "GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+                                             "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"};
+  for (int i = 0; i < 120; ++i) {
+    uint16_t port = i % 2 == 0 ? tls->port() : plain->port();
+    RawSocket raw(port);
+    ASSERT_TRUE(raw.connected());
+    std::string bytes = prefixes[i % prefixes.size()];
+    size_t size = random() % 3000;
+    for (size_t k = 0; k < size; ++k) bytes.push_back(static_cast<char>(random() & 0xff));
+    raw.send(bytes);
+  }
+  for (auto* server : {tls.get(), plain.get()}) {
+    auto client = connect(*server, server == tls.get() ? &pki : nullptr);
+    ASSERT_TRUE(client);
+    auto response = client->request("GET", "/");
+    ASSERT_TRUE(response) << response.error().to_string();
+    EXPECT_EQ(response->body, "ok");
+  }
+}
+
+TEST(Server, StopWithOpenStreamsClosesThemAndReturns) {
+  Pki pki;
+  StreamProbe probe;
+  auto server = start_tls(pki, [&](const Request& request) { return probe.handle(request); });
+  ASSERT_TRUE(server);
+  constexpr int kReaders = 3;
+  std::vector<std::thread> readers;
+  for (int i = 0; i < kReaders; ++i) {
+    readers.emplace_back([&, i] {
+      auto client = connect(*server, &pki);
+      if (!client) return;
+      (void)client->stream("GET", "/watch?i=" + std::to_string(i), [](std::string_view) { return true; });
+    });
+  }
+  ASSERT_TRUE(wait_until([&] { return probe.count() == kReaders; }));
+  for (int i = 0; i < kReaders; ++i) ASSERT_TRUE(probe.stream(i)->push("tick\n"));
+  server->stop();
+  EXPECT_EQ(probe.closed.load(), kReaders);
+  for (int i = 0; i < kReaders; ++i) EXPECT_FALSE(probe.stream(i)->push("after stop\n"));
+  for (auto& reader : readers) reader.join();
+  server->stop();  // idempotent
+  server.reset();
+}
+
+}  // namespace
+}  // namespace cnlab::net
