@@ -3,6 +3,8 @@
 
 #include <cstdio>
 
+#include "cli/cli.h"
+#include "server/server.h"
 #include "sim/sim.h"
 
 int main(int argc, char** argv) {
@@ -13,6 +15,8 @@ int main(int argc, char** argv) {
   auto* version = app.add_subcommand("version", "Print the version of this binary");
   auto* help = app.add_subcommand("help", "Show this help");
   cnlab::sim::add_sim_commands(app);
+  cnlab::server::add_server_commands(app);
+  cnlab::cli::add_client_commands(app);
 
   try {
     app.parse(argc, argv);

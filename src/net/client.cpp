@@ -1,6 +1,7 @@
 // The blocking client: one keep-alive connection, plain or TLS, driven by a private io_context so
 // that every operation has a timeout (beast::tcp_stream's expiry applies to asynchronous operations
 // only; each call starts one and runs the context until it completes).
+#include <limits>
 #include <utility>
 
 #include <boost/asio/connect.hpp>
@@ -182,7 +183,7 @@ class ClientImpl final : public Client {
       if (retry) continue;
       if (!sent) return sent.error();
       http::response_parser<http::string_body> parser;
-      parser.body_limit(boost::none);
+      parser.body_limit(std::numeric_limits<std::uint64_t>::max());  // boost::none misbehaves in 1.74 (compared as a number)
       error_code ec = in_stream([&](auto& stream, auto done) { http::async_read(stream, buffer_, parser, done); });
       if (ec) {
         bool nothing_back = !parser.got_some();
@@ -216,7 +217,7 @@ class ClientImpl final : public Client {
       if (retry) continue;
       if (!sent) return sent.error();
       http::response_parser<http::buffer_body> parser;
-      parser.body_limit(boost::none);
+      parser.body_limit(std::numeric_limits<std::uint64_t>::max());  // boost::none misbehaves in 1.74 (compared as a number)
       error_code ec =
           in_stream([&](auto& stream, auto done) { http::async_read_header(stream, buffer_, parser, done); });
       if (ec) {

@@ -594,10 +594,11 @@ class Session final : public SessionBase {
     bool no_body = status < 200 || status == 204 || status == 304;
     format_head(out_, response_, status, no_body ? std::nullopt : std::optional<size_t>(response_.body.size()),
                 /*chunked=*/false, close, /*announce_keep_alive=*/http10_);
-    std::array<asio::const_buffer, 2> buffers{asio::buffer(out_), asio::const_buffer()};
-    if (!no_body && !head_) buffers[1] = asio::buffer(response_.body);
+    // One buffer: Boost 1.74's ssl_stream stalls writing a header and a body over 16 KiB given as
+    // two buffers (only the first TLS record went out), so the head and the body are joined.
+    if (!no_body && !head_) out_ += response_.body;
     lowest().expires_after(shared_->options.idle_timeout);
-    asio::async_write(stream_, buffers, [self = self(), close, linger](error_code ec, size_t) {
+    asio::async_write(stream_, asio::buffer(out_), [self = self(), close, linger](error_code ec, size_t) {
       if (self->closed_) return;
       self->response_.body = std::string();
       if (ec) {

@@ -1,0 +1,129 @@
+// The REST API under /v1: routing, authentication, and one handler per endpoint (their bodies live
+// in one file per resource: jobs_api.cpp, nodes_api.cpp, access_api.cpp, audit_api.cpp,
+// watch_api.cpp). Handlers run on the HTTP server's worker pool and may block on the store.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "auth/auth.h"
+#include "net/net.h"
+#include "server/access.h"
+#include "server/admission.h"
+#include "server/data_dir.h"
+#include "server/job_logs.h"
+#include "server/metrics.h"
+#include "server/object_cache.h"
+#include "server/router.h"
+#include "server/server.h"
+#include "store/store.h"
+
+namespace cnlab::server {
+
+struct Call {
+  const net::Request& request;
+  const Caller& caller;
+  const std::map<std::string, std::string>& params;
+  Time now;
+  const std::string& param(const std::string& name) const { return params.at(name); }
+};
+
+// What the API needs from its surroundings; owned by the ControlPlane.
+struct ApiContext {
+  const ServerConfig& config;
+  DataDir dir;
+  store::Store& store;
+  auth::Verifier& verifier;
+  auth::VerifierOptions signing;  // for minting tokens
+  Metrics& metrics;
+  ObjectCache& cache;
+  QuotaLedger& quotas;
+  JobLogs& logs;
+  std::function<void()> wake_scheduler;
+  std::function<Time()> clock;
+  std::function<std::string(const std::string&)> waiting_reason;  // the scheduler's, for a pending job
+};
+
+class Api {
+ public:
+  explicit Api(ApiContext context);
+  net::Response handle(const net::Request& request);
+
+ private:
+  using Handler = net::Response (Api::*)(const Call&);
+  void route(const std::string& method, const std::string& pattern, Handler handler, bool public_route = false);
+
+  // Commits `ops` with an audit record of the caller's action; the records written are applied to
+  // the cache before it returns.
+  Result<store::TxnResult> commit(const Call& call, std::vector<store::Op> ops, const std::string& action,
+                                  const std::string& target, Json detail = Json::object());
+  // Appends an audit record of a refused request (does not wait for it).
+  void audit_refusal(const Call& call, const std::string& action, const std::string& target, const Error& error);
+  Json audit_record(const Call& call, const std::string& action, const std::string& target, const std::string& outcome,
+                    Json detail) const;
+
+  // jobs_api.cpp
+  net::Response submit_job(const Call& call);
+  net::Response list_jobs(const Call& call);
+  net::Response get_job(const Call& call);
+  net::Response cancel_job(const Call& call);
+  net::Response job_events(const Call& call);
+  net::Response report_job_status(const Call& call);
+  net::Response get_logs(const Call& call);
+  net::Response post_logs(const Call& call);
+  // The job as served: the scheduler's current waiting reason filled in.
+  Json job_json(const model::Job& job) const;
+  // Finds a job the caller may see; another project's job is "not found".
+  Result<Cached<model::Job>> visible_job(const Call& call, const std::string& id);
+
+  // nodes_api.cpp
+  net::Response register_node(const Call& call);
+  net::Response heartbeat(const Call& call);
+  net::Response list_nodes(const Call& call);
+  net::Response get_node(const Call& call);
+  net::Response cordon_node(const Call& call);
+  net::Response uncordon_node(const Call& call);
+  net::Response drain_node(const Call& call);
+  net::Response set_node_schedulable(const Call& call, bool cordon, bool drain);
+
+  // access_api.cpp
+  net::Response create_project(const Call& call);
+  net::Response list_projects(const Call& call);
+  net::Response get_project(const Call& call);
+  net::Response create_user(const Call& call);
+  net::Response list_users(const Call& call);
+  net::Response create_role_binding(const Call& call);
+  net::Response list_role_bindings(const Call& call);
+  net::Response delete_role_binding(const Call& call);
+  net::Response put_quota(const Call& call);
+  net::Response list_quotas(const Call& call);
+  net::Response delete_quota(const Call& call);
+  net::Response create_token(const Call& call);
+  net::Response list_tokens(const Call& call);
+  net::Response revoke_token(const Call& call);
+  net::Response create_join_token(const Call& call);
+  net::Response list_join_tokens(const Call& call);
+  net::Response revoke_join_token(const Call& call);
+  net::Response whoami(const Call& call);
+
+  // audit_api.cpp
+  net::Response list_audit(const Call& call);
+  net::Response verify_audit(const Call& call);
+
+  // watch_api.cpp: `?watch=1&revision=N` on a collection. `visible` decides per object (parsed
+  // once per event however many watchers there are).
+  net::Response watch(const Call& call, const std::string& kind, std::function<bool(const Json&)> visible);
+
+  ApiContext ctx_;
+  Router router_;
+  struct Entry {
+    Handler handler;
+    bool public_route;
+  };
+  std::vector<Entry> handlers_;
+};
+
+}  // namespace cnlab::server

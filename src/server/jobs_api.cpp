@@ -1,0 +1,459 @@
+// Jobs: submit (admission, quotas, idempotency), read, list and watch, cancel, events, the agent's
+// status reports, and logs.
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "server/api.h"
+#include "server/api_error.h"
+#include "server/job_writes.h"
+
+namespace cnlab::server {
+namespace {
+
+constexpr size_t kMaxIdempotencyKey = 256;
+constexpr size_t kMaxListLimit = 5000;
+
+
+Result<Json> parse_body(const net::Request& request) {
+  Json body = Json::parse(request.body, nullptr, false);
+  if (body.is_discarded()) {
+    return Error::invalid_argument("body", request.body.substr(0, 64), "not valid JSON");
+  }
+  if (!body.is_object()) return Error::invalid_argument("body", body.dump().substr(0, 64), "expected a JSON object");
+  return body;
+}
+
+model::JobEvent event(model::JobEventType type, Time at, std::string reason) { return {type, at, std::move(reason)}; }
+
+bool bound_to(const model::Job& job, const std::string& node) {
+  for (const auto& binding : job.status.placement) {
+    if (binding.node == node) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+Json Api::job_json(const model::Job& job) const {
+  Json out = to_json(job);
+  if (job.status.phase == model::JobPhase::kPending) {
+    std::string reason = ctx_.waiting_reason(job.meta.name);
+    if (!reason.empty()) out["status"]["waiting_reason"] = reason;
+  }
+  return out;
+}
+
+Result<Cached<model::Job>> Api::visible_job(const Call& call, const std::string& id) {
+  auto cached = ctx_.cache.read([&](const ObjectCache& c) { return c.jobs.get(id); });
+  bool visible = cached.object && (call.caller.is_node() ? bound_to(*cached.object, call.caller.node)
+                                                         : call.caller.sees(cached.object->spec.project));
+  if (!visible) return Error::not_found("job", id, "no such job");
+  return cached;
+}
+
+net::Response Api::submit_job(const Call& call) {
+  const Caller& caller = call.caller;
+  if (caller.is_node()) {
+    return error_response(Error::of(ErrorCode::kPermissionDenied, "token", caller.user, "nodes do not submit jobs"));
+  }
+  auto parsed = parse_body(call.request);
+  if (!parsed) return error_response(parsed.error());
+  Json body = std::move(*parsed);
+  if (body.contains("status")) {
+    return error_response(Error::invalid_argument("status", body["status"].dump().substr(0, 64), "the server sets a job's status"));
+  }
+  if (!body.contains("metadata")) body["metadata"] = Json::object();
+  if (!body["metadata"].is_object()) return error_response(Error::invalid_argument("metadata", body["metadata"].dump(), "expected an object"));
+  if (!body.contains("spec") || !body["spec"].is_object()) {
+    return error_response(Error::invalid_argument("spec", body.value("spec", Json()).dump(), "a job needs a spec object"));
+  }
+  Json& meta = body["metadata"];
+  Json& spec = body["spec"];
+
+  // The id is the requested name (or "job") plus a random suffix, like Kubernetes' generateName:
+  // ids cannot collide across projects, and nothing about other projects' jobs can be learnt.
+  std::string requested = meta.contains("name") && meta["name"].is_string() ? meta["name"].get<std::string>() : "job";
+  if (auto valid = model::validate_name(requested, "metadata.name"); !valid) return error_response(valid.error());
+  if (requested.size() > 54) requested.resize(54);
+  while (!requested.empty() && (requested.back() == '-' || requested.back() == '.')) requested.pop_back();
+  std::string id = requested + "-" + auth::random_hex(4);
+  meta["name"] = id;
+  if (meta.contains("name") && requested != "job") meta["labels"]["cnlab.io/name"] = requested;
+
+  if (!spec.contains("project")) {
+    if (caller.default_project.empty()) {
+      return error_response(Error::invalid_argument("spec.project", "", "required: the token names no default project"));
+    }
+    spec["project"] = caller.default_project;
+  }
+  if (spec.contains("user") && spec["user"] != caller.user) {
+    return error_response(Error::invalid_argument("spec.user", spec["user"].dump(), "a job runs as the user who submits it"));
+  }
+  spec["user"] = caller.user;
+  auto decoded = model::job_from_json(body);
+  if (!decoded) return error_response(decoded.error());
+  model::Job job = std::move(*decoded);
+  if (!caller.can(job.spec.project, auth::Action::kSubmit)) {
+    Error denied = Error::of(ErrorCode::kPermissionDenied, "spec.project", job.spec.project,
+                             "you have no role in this project that may submit jobs");
+    audit_refusal(call, "jobs.create", job.spec.project, denied);
+    return error_response(denied);
+  }
+
+  // Idempotency: the same key from the same user returns the job the first request made.
+  std::string idem = call.request.header("idempotency-key");
+  std::string idem_key, request_digest;
+  if (!idem.empty()) {
+    if (idem.size() > kMaxIdempotencyKey) {
+      return error_response(Error::of(ErrorCode::kTooLarge, "Idempotency-Key", idem.substr(0, 32) + "...",
+                                      "at most 256 bytes"));
+    }
+    idem_key = caller.user + "/" + auth::sha256_hex(idem).substr(0, 40);
+    request_digest = auth::sha256_hex(call.request.body);
+  }
+  auto replay = [&]() -> std::optional<net::Response> {
+    if (idem_key.empty()) return std::nullopt;
+    auto record = ctx_.store.get(kind::kIdempotency, idem_key);
+    if (!record) return std::nullopt;
+    Json stored = Json::parse(record->value, nullptr, false);
+    if (stored.value("request", "") != request_digest) {
+      return error_response(Error::of(ErrorCode::kFailedPrecondition, "Idempotency-Key", idem,
+                                      "this key was used for a different request"));
+    }
+    auto existing = ctx_.store.get(kind::kJobs, stored.value("job", ""));
+    if (!existing) return error_response(existing.error());
+    auto previous = model::job_from_json(Json::parse(existing->value, nullptr, false));
+    if (!previous) return error_response(previous.error());
+    previous->meta.revision = existing->mod_revision;
+    net::Response response = json_response(200, job_json(*previous));
+    response.headers.emplace_back("Idempotent-Replayed", "true");
+    return response;
+  };
+  if (auto replayed = replay()) return *replayed;
+
+  // Admission: what can never run here, then quotas.
+  std::vector<model::Quota> quotas;
+  Status admissible = ctx_.cache.read([&](const ObjectCache& c) {
+    c.quotas.for_each([&](const std::string&, const model::Quota& q, int64_t) {
+      if (q.project == job.spec.project) quotas.push_back(q);
+    });
+    return check_admissible(job, c, ctx_.config.policy, call.now);
+  });
+  auto refuse = [&](const Error& error, const std::string& reason) {
+    ctx_.metrics.admission_rejections.inc({{"reason", reason}});
+    audit_refusal(call, "jobs.create", job.spec.project + "/" + id, error);
+    return error_response(error);
+  };
+  if (!admissible) {
+    const Error& e = admissible.error();
+    std::string reason = e.code == ErrorCode::kNotFound ? "unknown_project"
+                         : e.field == "spec.deadline"  ? "deadline"
+                         : e.code == ErrorCode::kInvalidArgument ? "invalid"
+                                                                 : "never_fits";
+    return refuse(e, reason);
+  }
+  auto admitted = ctx_.quotas.admit(id, job, quotas, call.now);
+  if (!admitted) return refuse(admitted.error(), "quota");
+
+  std::string queued_reason = "admitted";
+  if (admitted->borrowing) {
+    job.spec.priority_class = "opportunistic";
+    queued_reason = admitted->note;
+  }
+  job.meta.uid = auth::random_hex(16);
+  job.status = {};
+  job.status.phase = model::JobPhase::kPending;
+  job.status.submitted_at = call.now;
+  job.status.events.push_back(event(model::JobEventType::kQueued, call.now, queued_reason));
+  job.status.waiting_reason = "waiting for the next scheduling cycle";
+
+  std::vector<store::Op> ops;
+  ops.push_back(store::Op::create(kind::kJobs, id, to_json(job).dump()));
+  if (!idem_key.empty()) {
+    Json record = {{"job", id}, {"request", request_digest}, {"time", format_rfc3339(call.now)}};
+    ops.push_back(store::Op::create(kind::kIdempotency, idem_key, record.dump()));
+  }
+  Json detail = {{"gpu", to_string(job.spec.gpu)}, {"class", job.spec.priority_class}};
+  if (admitted->borrowing) detail["borrowing"] = true;
+  auto committed = commit(call, std::move(ops), "jobs.create", job.spec.project + "/" + id, std::move(detail));
+  if (!committed) {
+    ctx_.quotas.release(id);
+    if (committed.error().code == ErrorCode::kAlreadyExists && !idem_key.empty()) {
+      if (auto replayed = replay()) return *replayed;  // a concurrent submit with the same key won
+    }
+    return error_response(committed.error());
+  }
+  ctx_.wake_scheduler();
+  job.meta.revision = committed->revision;
+  return json_response(201, job_json(job));
+}
+
+net::Response Api::list_jobs(const Call& call) {
+  const net::Request& req = call.request;
+  std::string project = req.query_value("project");
+  std::string node = req.query_value("node");
+  if (call.caller.is_node() && node.empty()) node = call.caller.node;
+  if (call.caller.is_node() && node != call.caller.node) {
+    return error_response(Error::of(ErrorCode::kPermissionDenied, "node", node, "a node sees only its own jobs"));
+  }
+  if (!project.empty() && !call.caller.is_node() && !call.caller.sees(project)) {
+    return error_response(Error::not_found("project", project, "no such project"));
+  }
+  std::string fields = req.query_value("fieldSelector");
+  if (!project.empty()) fields += (fields.empty() ? "" : ",") + std::string("spec.project=") + project;
+  if (!req.query_value("phase").empty()) fields += (fields.empty() ? "" : ",") + std::string("status.phase=") + req.query_value("phase");
+  auto selector = store::Selector::parse(req.query_value("labelSelector"), fields);
+  if (!selector) return error_response(selector.error());
+  const Caller& caller = call.caller;
+  auto visible = [caller, node](const Json& job) {
+    if (!node.empty()) {
+      bool here = false;
+      for (const auto& b : job["status"].value("placement", Json::array())) here = here || b.value("node", "") == node;
+      if (!here) return false;
+    }
+    if (caller.is_node()) return true;
+    return caller.sees(job["spec"].value("project", ""));
+  };
+  if (req.query_value("watch") == "1" || req.query_value("watch") == "true") {
+    auto sel = *selector;
+    return watch(call, kind::kJobs, [sel, visible](const Json& job) { return sel.matches(job) && visible(job); });
+  }
+  store::ListOptions options;
+  options.selector = *selector;
+  options.continue_token = req.query_value("continue");
+  std::string limit = req.query_value("limit");
+  if (!limit.empty()) {
+    char* end = nullptr;
+    long long n = std::strtoll(limit.c_str(), &end, 10);
+    if (*end != '\0' || n < 1 || n > static_cast<long long>(kMaxListLimit)) {
+      return error_response(Error::invalid_argument("limit", limit, "expected 1..5000"));
+    }
+    options.limit = n;
+  }
+  auto listed = ctx_.store.list(kind::kJobs, options);
+  if (!listed) return error_response(listed.error());
+  Json items = Json::array();
+  for (const auto& record : listed->items) {
+    Json job = Json::parse(record.value, nullptr, false);
+    if (!job.is_object() || !visible(job)) continue;
+    job["metadata"]["revision"] = record.mod_revision;
+    if (job["status"].value("phase", "") == "Pending") {
+      std::string reason = ctx_.waiting_reason(record.key);
+      if (!reason.empty()) job["status"]["waiting_reason"] = reason;
+    }
+    items.push_back(std::move(job));
+  }
+  Json out = {{"items", std::move(items)}, {"revision", listed->revision}};
+  if (!listed->continue_token.empty()) out["continue"] = listed->continue_token;
+  return json_response(200, out);
+}
+
+net::Response Api::get_job(const Call& call) {
+  auto job = visible_job(call, call.param("id"));
+  if (!job) return error_response(job.error());
+  return json_response(200, job_json(*job->object));
+}
+
+net::Response Api::job_events(const Call& call) {
+  auto job = visible_job(call, call.param("id"));
+  if (!job) return error_response(job.error());
+  Json events = Json::array();
+  for (const auto& e : job->object->status.events) events.push_back(model::to_json(e));
+  Json served = job_json(*job->object);
+  return json_response(200, {{"job", call.param("id")}, {"events", std::move(events)},
+                             {"waiting_reason", served["status"].value("waiting_reason", "")}});
+}
+
+net::Response Api::cancel_job(const Call& call) {
+  const std::string& id = call.param("id");
+  auto cached = visible_job(call, id);
+  if (!cached || call.caller.is_node()) return error_response(Error::not_found("job", id, "no such job"));
+  const model::Job& seen = *cached->object;
+  bool allowed = call.caller.can(seen.spec.project, auth::Action::kCancelAny) ||
+                 (seen.spec.user == call.caller.user && call.caller.can(seen.spec.project, auth::Action::kCancelOwn));
+  std::string target = seen.spec.project + "/" + id;
+  if (!allowed) {
+    Error denied = Error::of(ErrorCode::kPermissionDenied, "job", id, "your role may cancel only your own jobs");
+    audit_refusal(call, "jobs.cancel", target, denied);
+    return error_response(denied);
+  }
+  std::string reason = "cancelled by " + call.caller.user;
+  Json audit = audit_record(call, "jobs.cancel", target, "ok", Json::object());
+  auto updated = update_job(
+      ctx_.store, &ctx_.cache, id,
+      [&](model::Job& job) -> Result<bool> {
+        if (is_terminal(job.status.phase)) {
+          return Error::of(ErrorCode::kConflict, "job", id, "already " + std::string(to_string(job.status.phase)));
+        }
+        if (job.status.phase == model::JobPhase::kPending) {
+          job.status.phase = model::JobPhase::kCancelled;
+          job.status.finished_at = call.now;
+          job.status.waiting_reason.clear();
+          job.status.events.push_back(event(model::JobEventType::kCancelled, call.now, reason));
+        } else {
+          // Its agent stops the process and reports the end; the GPUs are freed then.
+          if (job.status.cancel_requested) return false;
+          job.status.cancel_requested = true;
+          job.status.events.push_back(event(model::JobEventType::kCancelled, call.now, reason + "; stopping"));
+        }
+        return true;
+      },
+      audit.dump());
+  if (!updated) return error_response(updated.error());
+  ctx_.wake_scheduler();
+  auto now_cached = ctx_.cache.read([&](const ObjectCache& c) { return c.jobs.get(id); });
+  return json_response(200, job_json(*now_cached.object));
+}
+
+net::Response Api::report_job_status(const Call& call) {
+  const std::string& id = call.param("id");
+  if (!call.caller.is_node()) {
+    return error_response(Error::of(ErrorCode::kPermissionDenied, "token", call.caller.user,
+                                    "only the agent of the job's node reports its status"));
+  }
+  auto cached = visible_job(call, id);
+  if (!cached) return error_response(cached.error());
+  auto body = parse_body(call.request);
+  if (!body) return error_response(body.error());
+  JsonReader r(*body, "");
+  r.only({"phase", "exit_code", "signal", "message", "checkpoint_at"});
+  std::string phase = r.string("phase");
+  int64_t exit_code = r.integer_or("exit_code", -1, -1, 255);
+  int64_t signal = r.integer_or("signal", 0, 0, 128);
+  std::string message = r.string_or("message", "");
+  auto checkpoint_at = r.time("checkpoint_at");
+  if (!r.status()) return error_response(r.status().error());
+  static const std::map<std::string, model::JobPhase> kReportable = {{"Running", model::JobPhase::kRunning},
+                                                                      {"Succeeded", model::JobPhase::kSucceeded},
+                                                                      {"Failed", model::JobPhase::kFailed}};
+  auto to = kReportable.find(phase);
+  if (to == kReportable.end()) {
+    return error_response(Error::invalid_argument("phase", phase, "an agent reports Running, Succeeded or Failed"));
+  }
+  Json audit = audit_record(call, "jobs.status", id, "ok", {{"phase", phase}});
+  std::optional<double> start_latency;
+  auto updated = update_job(
+      ctx_.store, &ctx_.cache, id,
+      [&](model::Job& job) -> Result<bool> {
+        if (!holds_gpus(job.status.phase) || !bound_to(job, call.caller.node)) {
+          return Error::of(ErrorCode::kConflict, "job", id,
+                           "the job is " + std::string(to_string(job.status.phase)) + ", not bound to this node");
+        }
+        if (checkpoint_at) {
+          job.status.last_checkpoint_at = *checkpoint_at;
+          job.status.events.push_back(event(model::JobEventType::kCheckpointed, call.now, message));
+        }
+        if (to->second == model::JobPhase::kRunning) {
+          if (job.status.phase == model::JobPhase::kRunning) return checkpoint_at.has_value();
+          job.status.phase = model::JobPhase::kRunning;
+          job.status.attempts += 1;
+          job.status.events.push_back(event(model::JobEventType::kStarted, call.now, "started on " + call.caller.node));
+          start_latency = static_cast<double>((call.now - job.status.submitted_at).count());
+          return true;
+        }
+        bool cancelled = job.status.cancel_requested;
+        job.status.phase = cancelled ? model::JobPhase::kCancelled : to->second;
+        job.status.finished_at = call.now;
+        if (exit_code >= 0) job.status.exit_code = static_cast<int>(exit_code);
+        if (signal > 0) job.status.signal = static_cast<int>(signal);
+        job.status.message = message;
+        job.status.events.push_back(event(model::JobEventType::kFinished, call.now,
+                                          fmt::format("{}{}{}", to_string(job.status.phase),
+                                                      exit_code >= 0 ? fmt::format(", exit code {}", exit_code) : "",
+                                                      signal > 0 ? fmt::format(", signal {}", signal) : "")));
+        return true;
+      },
+      audit.dump());
+  if (!updated) return error_response(updated.error());
+  if (start_latency) ctx_.metrics.submit_to_start.observe({}, *start_latency);
+  ctx_.wake_scheduler();
+  auto now_cached = ctx_.cache.read([&](const ObjectCache& c) { return c.jobs.get(id); });
+  return json_response(200, job_json(*now_cached.object));
+}
+
+net::Response Api::post_logs(const Call& call) {
+  const std::string& id = call.param("id");
+  if (!call.caller.is_node()) {
+    return error_response(Error::of(ErrorCode::kPermissionDenied, "token", call.caller.user, "only agents ship logs"));
+  }
+  auto cached = visible_job(call, id);
+  if (!cached) return error_response(cached.error());
+  auto body = parse_body(call.request);
+  if (!body) return error_response(body.error());
+  if (!body->contains("lines") || !(*body)["lines"].is_array()) {
+    return error_response(Error::invalid_argument("lines", "", "expected an array of {seq, stream, time, text}"));
+  }
+  std::vector<LogLine> lines;
+  const Json& array = (*body)["lines"];
+  for (size_t i = 0; i < array.size(); ++i) {
+    auto line = log_line_from_json(array[i], fmt::format("lines[{}]", i));
+    if (!line) return error_response(line.error());
+    lines.push_back(std::move(*line));
+  }
+  auto last = ctx_.logs.append(id, lines);
+  if (!last) return error_response(last.error());
+  return json_response(200, {{"last_seq", *last}});
+}
+
+net::Response Api::get_logs(const Call& call) {
+  const std::string& id = call.param("id");
+  auto cached = visible_job(call, id);
+  if (!cached) return error_response(cached.error());
+  std::string from_text = call.request.query_value("from_seq");
+  int64_t from = 0;
+  if (!from_text.empty()) {
+    char* end = nullptr;
+    from = std::strtoll(from_text.c_str(), &end, 10);
+    if (*end != '\0' || from < 0) return error_response(Error::invalid_argument("from_seq", from_text, "expected a sequence number >= 0"));
+  }
+  bool follow = call.request.query_value("follow") == "1" || call.request.query_value("follow") == "true";
+  if (!follow) {
+    auto lines = ctx_.logs.read(id, from, 100000);
+    if (!lines) return error_response(lines.error());
+    net::Response response;
+    response.content_type = "application/x-ndjson";
+    for (const auto& line : *lines) response.body += to_json(line).dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
+    return response;
+  }
+  JobLogs& logs = ctx_.logs;
+  Metrics& metrics = ctx_.metrics;
+  net::Response response;
+  response.content_type = "application/x-ndjson";
+  response.start_stream = [&logs, &metrics, id, from](std::shared_ptr<net::Stream> stream) {
+    // Follow first, then send what is stored, holding the stream's lock across both: a line
+    // appended meanwhile waits in the follower until the stored ones are out, then goes only if
+    // it was not among them. Nothing is lost between the two and nothing is sent twice.
+    struct Cursor {
+      std::mutex mutex;
+      int64_t sent;
+    };
+    auto cursor = std::make_shared<Cursor>();
+    cursor->sent = from - 1;
+    auto deliver = [stream, cursor](const std::vector<LogLine>& lines) {
+      std::string out;
+      for (const auto& line : lines) {
+        if (line.seq <= cursor->sent) continue;
+        cursor->sent = line.seq;
+        out += to_json(line).dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
+      }
+      if (!out.empty()) stream->push(std::move(out));
+    };
+    std::shared_ptr<void> handle;
+    {
+      std::lock_guard lock(cursor->mutex);
+      handle = logs.follow(id, [cursor, deliver](const std::vector<LogLine>& lines) {
+        std::lock_guard inner(cursor->mutex);
+        deliver(lines);
+      });
+      if (auto stored = logs.read(id, from, SIZE_MAX)) deliver(*stored);
+    }
+    metrics.watchers.inc({}, 1);
+    stream->on_close([handle, &metrics]() mutable {
+      handle.reset();
+      metrics.watchers.inc({}, -1);
+    });
+  };
+  return response;
+}
+
+}  // namespace cnlab::server

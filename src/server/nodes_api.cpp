@@ -1,0 +1,211 @@
+// Nodes: registration with a join token (which yields the node's credential), heartbeats, listing,
+// cordon, uncordon and drain.
+#include <fmt/format.h>
+#include <openssl/crypto.h>
+
+#include "server/api.h"
+#include "server/api_error.h"
+
+namespace cnlab::server {
+namespace {
+
+constexpr Duration kNodeCredentialTtl = 365 * kDay;
+
+Result<Json> parse_object(const std::string& text) {
+  Json body = Json::parse(text, nullptr, false);
+  if (body.is_discarded() || !body.is_object()) return Error::invalid_argument("body", text.substr(0, 64), "expected a JSON object");
+  return body;
+}
+
+Json node_json(const model::Node& node) { return to_json(node); }
+
+bool same_secret(const std::string& a, const std::string& b) {
+  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+}  // namespace
+
+net::Response Api::register_node(const Call& call) {
+  auto body = parse_object(call.request.body);
+  if (!body) return error_response(body.error());
+  if (!body->contains("join_token") || !(*body)["join_token"].is_string()) {
+    return error_response(Error::of(ErrorCode::kUnauthenticated, "join_token", "", "a join token is required"));
+  }
+  if (!body->contains("node") || !(*body)["node"].is_object()) {
+    return error_response(Error::invalid_argument("node", "", "expected the node object"));
+  }
+  std::string token = (*body)["join_token"];
+  size_t dot = token.find('.');
+  std::string token_id = dot == std::string::npos ? token : token.substr(0, dot);
+  std::string secret = dot == std::string::npos ? "" : token.substr(dot + 1);
+  auto join = ctx_.store.get(kind::kJoinTokens, token_id);
+  auto refuse = [&](const std::string& why) {
+    Error e = Error::of(ErrorCode::kUnauthenticated, "join_token", token_id, why);
+    audit_refusal(call, "nodes.register", token_id, e);
+    return error_response(e);
+  };
+  if (!join || token_id.empty()) return refuse("unknown join token");
+  auto jt = model::join_token_from_json(Json::parse(join->value, nullptr, false));
+  if (!jt) return refuse("unreadable join token record");
+  if (!same_secret(auth::sha256_hex(secret), jt->secret_sha256)) return refuse("wrong join token secret");
+  if (jt->revoked) return refuse("join token was revoked");
+  if (jt->expires_at <= call.now) return refuse("join token expired at " + format_rfc3339(jt->expires_at));
+  if (jt->max_uses && jt->uses >= *jt->max_uses) return refuse("join token was used its maximum number of times");
+
+  Json node_body = (*body)["node"];
+  auto node = model::node_from_json(node_body);
+  if (!node) {
+    Error e = node.error();
+    e.field = "node." + e.field;
+    return error_response(e);
+  }
+  const std::string name = node->meta.name;
+  auto existing = ctx_.store.get(kind::kNodes, name);
+  if (existing) {
+    // Re-registration (an agent reinstalled): the operator's cordon or drain survives it.
+    auto old = model::node_from_json(Json::parse(existing->value, nullptr, false));
+    if (old && (old->phase == model::NodePhase::kCordoned || old->phase == model::NodePhase::kDraining)) {
+      node->phase = old->phase;
+      node->unschedulable = true;
+    } else {
+      node->phase = model::NodePhase::kReady;
+    }
+  } else {
+    node->phase = model::NodePhase::kReady;
+    node->unschedulable = false;
+  }
+  node->last_heartbeat = call.now;
+  node->meta.revision = 0;
+
+  model::ApiToken credential;
+  credential.meta.name = auth::random_hex(16);
+  credential.user = "node:" + name;
+  credential.expires_at = call.now + kNodeCredentialTtl;
+  credential.created_by = "join-token:" + token_id;
+  jt->uses += 1;
+
+  std::vector<store::Op> ops;
+  Json node_value = to_json(*node);
+  ops.push_back(existing ? store::Op::update(kind::kNodes, name, node_value.dump(), existing->mod_revision)
+                         : store::Op::create(kind::kNodes, name, node_value.dump()));
+  ops.push_back(store::Op::create(kind::kApiTokens, credential.meta.name, to_json(credential).dump()));
+  Json jt_value = to_json(*jt);
+  jt_value["metadata"].erase("revision");
+  ops.push_back(store::Op::update(kind::kJoinTokens, token_id, jt_value.dump(), join->mod_revision));
+  Caller as_node;
+  as_node.user = "node:" + name;
+  Call audited{call.request, as_node, call.params, call.now};
+  auto committed = commit(audited, std::move(ops), "nodes.register", name,
+                          {{"gpus", node->gpus.size()}, {"simulated", node->simulated}, {"join_token", token_id}});
+  if (!committed) return error_response(committed.error());
+  ctx_.wake_scheduler();
+  auth::MintRequest mint{"node:" + name, "", credential.meta.name, kNodeCredentialTtl};
+  std::string jwt = auth::mint_hs256(mint, ctx_.signing, call.now);
+  node->meta.revision = committed->revision;
+  return json_response(201, {{"token", jwt}, {"node", node_json(*node)}});
+}
+
+net::Response Api::heartbeat(const Call& call) {
+  const std::string& name = call.param("name");
+  if (call.caller.node != name) {
+    return error_response(Error::of(ErrorCode::kPermissionDenied, "node", name, "a node's credential heartbeats only for itself"));
+  }
+  auto body = parse_object(call.request.body);
+  if (!body) return error_response(body.error());
+  auto reported = model::node_from_json(*body);
+  if (!reported) return error_response(reported.error());
+  if (reported->meta.name != name) {
+    return error_response(Error::invalid_argument("metadata.name", reported->meta.name, "must be " + name));
+  }
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    auto record = ctx_.store.get(kind::kNodes, name);
+    if (!record) return error_response(record.error());
+    auto current = model::node_from_json(Json::parse(record->value, nullptr, false));
+    if (!current) return error_response(current.error());
+    model::Node next = *reported;
+    // What the operator decided stays; what the agent sees is taken from the report.
+    next.phase = current->phase;
+    next.unschedulable = current->unschedulable;
+    if (next.phase == model::NodePhase::kNotReady || next.phase == model::NodePhase::kLost) {
+      next.phase = next.unschedulable ? model::NodePhase::kCordoned : model::NodePhase::kReady;
+    }
+    next.last_heartbeat = call.now;
+    next.meta.revision = 0;
+    Json value = to_json(next);
+    bool changed_shape = current->gpus != next.gpus || current->phase != next.phase;
+    std::vector<store::Op> ops{store::Op::update(kind::kNodes, name, value.dump(), record->mod_revision)};
+    // Heartbeats are frequent: they are audited only when they change what the scheduler sees.
+    auto committed = changed_shape ? commit(call, std::move(ops), "nodes.heartbeat", name)
+                                   : ctx_.store.txn(std::move(ops));
+    if (committed) {
+      if (!changed_shape) {
+        for (const auto& r : committed->records) ctx_.cache.apply(r);
+      } else {
+        ctx_.wake_scheduler();
+      }
+      next.meta.revision = committed->revision;
+      return json_response(200, node_json(next));
+    }
+    if (committed.error().code != ErrorCode::kConflict) return error_response(committed.error());
+  }
+  return error_response(Error::of(ErrorCode::kConflict, "node", name, "the node kept changing; retry"));
+}
+
+net::Response Api::list_nodes(const Call& call) {
+  if (call.request.query_value("watch") == "1" || call.request.query_value("watch") == "true") {
+    auto selector = store::Selector::parse(call.request.query_value("labelSelector"), call.request.query_value("fieldSelector"));
+    if (!selector) return error_response(selector.error());
+    auto sel = *selector;
+    return watch(call, kind::kNodes, [sel](const Json& node) { return sel.matches(node); });
+  }
+  Json items = Json::array();
+  int64_t revision = ctx_.store.revision();
+  ctx_.cache.read([&](const ObjectCache& c) {
+    c.nodes.for_each([&](const std::string&, const model::Node& node, int64_t) { items.push_back(node_json(node)); });
+    return 0;
+  });
+  return json_response(200, {{"items", std::move(items)}, {"revision", revision}});
+}
+
+net::Response Api::get_node(const Call& call) {
+  auto node = ctx_.cache.read([&](const ObjectCache& c) { return c.nodes.get(call.param("name")); });
+  if (!node.object) return error_response(Error::not_found("node", call.param("name"), "no such node"));
+  return json_response(200, node_json(*node.object));
+}
+
+net::Response Api::cordon_node(const Call& call) { return set_node_schedulable(call, true, false); }
+net::Response Api::uncordon_node(const Call& call) { return set_node_schedulable(call, false, false); }
+net::Response Api::drain_node(const Call& call) { return set_node_schedulable(call, true, true); }
+
+net::Response Api::set_node_schedulable(const Call& call, bool cordon, bool drain) {
+  const std::string& name = call.param("name");
+  std::string action = drain ? "nodes.drain" : cordon ? "nodes.cordon" : "nodes.uncordon";
+  if (!call.caller.admin()) {
+    Error denied = Error::of(ErrorCode::kPermissionDenied, "node", name, "only cluster admins cordon, drain or uncordon nodes");
+    audit_refusal(call, action, name, denied);
+    return error_response(denied);
+  }
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    auto record = ctx_.store.get(kind::kNodes, name);
+    if (!record) return error_response(record.error());
+    auto node = model::node_from_json(Json::parse(record->value, nullptr, false));
+    if (!node) return error_response(node.error());
+    node->unschedulable = cordon;
+    bool silent = node->phase == model::NodePhase::kNotReady || node->phase == model::NodePhase::kLost;
+    if (!silent) {
+      node->phase = drain ? model::NodePhase::kDraining : cordon ? model::NodePhase::kCordoned : model::NodePhase::kReady;
+    }
+    node->meta.revision = 0;
+    auto committed = commit(call, {store::Op::update(kind::kNodes, name, to_json(*node).dump(), record->mod_revision)},
+                            action, name);
+    if (committed) {
+      ctx_.wake_scheduler();
+      node->meta.revision = committed->revision;
+      return json_response(200, node_json(*node));
+    }
+    if (committed.error().code != ErrorCode::kConflict) return error_response(committed.error());
+  }
+  return error_response(Error::of(ErrorCode::kConflict, "node", name, "the node kept changing; retry"));
+}
+
+}  // namespace cnlab::server

@@ -1,0 +1,160 @@
+#include "server/object_cache.h"
+
+#include <spdlog/spdlog.h>
+
+namespace cnlab::server {
+namespace {
+
+template <typename T, typename Decode>
+bool apply_to(Table<T>& table, const store::Record& record, bool removed, Decode decode) {
+  if (removed) return table.apply(record.key, nullptr, record.mod_revision);
+  if (table.revision_of(record.key) >= record.mod_revision) return false;
+  Json json = Json::parse(record.value, nullptr, false);
+  auto object = decode(json);
+  if (!object) {
+    // Only the server writes the store and it validates first; a record that does not decode is a
+    // bug or a hand-edited database. Keep serving; say which record.
+    spdlog::error("store record does not decode kind=\"{}\" key=\"{}\" error=\"{}\"", record.kind, record.key,
+                  object.error().to_string());
+    return false;
+  }
+  if constexpr (requires { object->meta.revision; }) object->meta.revision = record.mod_revision;
+  return table.apply(record.key, std::make_shared<const T>(std::move(*object)), record.mod_revision);
+}
+
+const std::string* const kWatched[] = {&kind::kJobs,       &kind::kNodes,     &kind::kProjects,
+                                       &kind::kUsers,      &kind::kRoleBindings, &kind::kQuotas,
+                                       &kind::kApiTokens,  &kind::kJoinTokens, &kind::kAllocations};
+
+}  // namespace
+
+Json allocation_to_json(const std::string& node, const Allocation& allocation) {
+  Json jobs = Json::object();
+  for (const auto& [job, gpus] : allocation.jobs) {
+    Json list = Json::array();
+    for (const auto& g : gpus) {
+      list.push_back({{"index", g.index}, {"blocks", g.blocks}, {"vram_mib", g.vram_mib}, {"mig_start", g.mig_start}});
+    }
+    jobs[job] = std::move(list);
+  }
+  return {{"kind", "Allocation"}, {"metadata", {{"name", node}}}, {"jobs", std::move(jobs)}};
+}
+
+Result<Allocation> allocation_from_json(const Json& json) {
+  Allocation allocation;
+  if (!json.is_object() || !json.contains("jobs") || !json["jobs"].is_object()) {
+    return Error::invalid_argument("jobs", json.dump(), "an allocation record needs a jobs object");
+  }
+  for (const auto& [job, gpus] : json["jobs"].items()) {
+    auto& list = allocation.jobs[job];
+    for (const auto& g : gpus) {
+      list.push_back({g.value("index", 0), g.value("blocks", 0), g.value("vram_mib", int64_t{0}),
+                      g.value("mig_start", -1)});
+    }
+  }
+  return allocation;
+}
+
+ObjectCache::ObjectCache(store::Store& store) : store_(store) {}
+ObjectCache::~ObjectCache() { stop(); }
+
+bool ObjectCache::apply_locked(const store::Record& r, bool removed) {
+  const std::string& k = r.kind;
+  if (k == kind::kJobs) return apply_to(jobs, r, removed, model::job_from_json);
+  if (k == kind::kNodes) return apply_to(nodes, r, removed, model::node_from_json);
+  if (k == kind::kProjects) return apply_to(projects, r, removed, model::project_from_json);
+  if (k == kind::kUsers) return apply_to(users, r, removed, model::user_from_json);
+  if (k == kind::kRoleBindings) return apply_to(role_bindings, r, removed, model::role_binding_from_json);
+  if (k == kind::kQuotas) return apply_to(quotas, r, removed, model::quota_from_json);
+  if (k == kind::kApiTokens) return apply_to(api_tokens, r, removed, model::api_token_from_json);
+  if (k == kind::kJoinTokens) return apply_to(join_tokens, r, removed, model::join_token_from_json);
+  if (k == kind::kAllocations) return apply_to(allocations, r, removed, allocation_from_json);
+  return false;
+}
+
+void ObjectCache::notify(const std::string& kind, const std::string& key) {
+  Change change{&kind, &key};
+  for (auto& listener : listeners_) listener(change);
+}
+
+void ObjectCache::apply(const store::Record& record) {
+  bool applied;
+  {
+    std::unique_lock lock(mutex_);
+    applied = apply_locked(record, false);
+  }
+  if (applied) notify(record.kind, record.key);
+}
+
+void ObjectCache::apply_removed(const std::string& kind, const std::string& key, int64_t revision) {
+  store::Record r{kind, key, "", 0, revision};
+  bool applied;
+  {
+    std::unique_lock lock(mutex_);
+    applied = apply_locked(r, true);
+  }
+  if (applied) notify(kind, key);
+}
+
+void ObjectCache::apply_job(const std::string& key, model::Job job, int64_t revision) {
+  bool applied;
+  {
+    std::unique_lock lock(mutex_);
+    job.meta.revision = revision;
+    applied = jobs.apply(key, std::make_shared<const model::Job>(std::move(job)), revision);
+  }
+  if (applied) notify(kind::kJobs, key);
+}
+
+void ObjectCache::subscribe(std::function<void(const Change&)> listener) { listeners_.push_back(std::move(listener)); }
+
+int64_t ObjectCache::watched_revision() const { return watched_revision_.load(); }
+
+void ObjectCache::on_events(const std::vector<store::Event>& events) {
+  for (const auto& event : events) {
+    bool applied;
+    {
+      std::unique_lock lock(mutex_);
+      applied = apply_locked(event.record, event.type == store::EventType::kDelete);
+    }
+    if (applied) notify(event.record.kind, event.record.key);
+    int64_t seen = watched_revision_.load();
+    while (seen < event.record.mod_revision && !watched_revision_.compare_exchange_weak(seen, event.record.mod_revision)) {
+    }
+  }
+}
+
+Status ObjectCache::start() {
+  // Each kind is listed and then watched from the revision its own list was read at, so nothing
+  // committed in between is missed.
+  size_t i = 0;
+  for (const std::string* k : kWatched) {
+    auto listed = store_.list(*k, store::ListOptions{});
+    if (!listed) return listed.error();
+    std::vector<const store::Record*> applied;
+    {
+      std::unique_lock lock(mutex_);
+      for (const auto& record : listed->items) {
+        if (apply_locked(record, false)) applied.push_back(&record);
+      }
+    }
+    for (const auto* record : applied) notify(record->kind, record->key);
+    int64_t seen = watched_revision_.load();
+    if (listed->revision > seen) watched_revision_ = listed->revision;
+    store::Store::WatchCallbacks callbacks;
+    callbacks.on_events = [this](const std::vector<store::Event>& events) { on_events(events); };
+    callbacks.on_close = [k](const Error& error) {
+      spdlog::warn("cache watch closed kind=\"{}\" error=\"{}\"", *k, error.to_string());
+    };
+    auto watch = store_.watch(*k, "", listed->revision, std::move(callbacks));
+    if (!watch) return watch.error();
+    watches_[i++] = std::move(*watch);
+  }
+  return Status::ok();
+}
+
+void ObjectCache::stop() {
+  for (auto& watch : watches_) watch.reset();
+}
+
+}  // namespace cnlab::server

@@ -1,0 +1,365 @@
+#include "server/scheduler_loop.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <future>
+#include <numeric>
+
+#include "server/job_writes.h"
+
+namespace cnlab::server {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Groups of nodes that some decision's job spans (a gang across nodes joins its nodes).
+struct Groups {
+  std::vector<size_t> parent;
+  size_t find(size_t x) {
+    while (parent[x] != x) x = parent[x] = parent[parent[x]];
+    return x;
+  }
+  void join(size_t a, size_t b) { parent[find(a)] = find(b); }
+};
+
+std::string grants_text(const model::NodeBinding& binding) {
+  std::string out = binding.node + ":";
+  for (const auto& g : binding.gpus) out += fmt::format(" gpu{}={}", g.index, g.blocks);
+  return out;
+}
+
+}  // namespace
+
+SchedulerLoop::SchedulerLoop(store::Store& store, ObjectCache& cache, Metrics& metrics, const ServerConfig& config,
+                             std::function<Time()> clock)
+    : store_(store), cache_(cache), metrics_(metrics), config_(config), clock_(std::move(clock)) {
+  snapshot_.usage = sched::UsageLedger(config.policy.fair_share_half_life);
+}
+
+SchedulerLoop::~SchedulerLoop() { stop(); }
+
+void SchedulerLoop::attach() {
+  cache_.subscribe([this](const Change& change) { on_change(change); });
+}
+
+void SchedulerLoop::on_change(const Change& change) {
+  bool relevant = true;
+  {
+    std::lock_guard lock(dirty_mutex_);
+    if (*change.kind == kind::kJobs) {
+      dirty_jobs_.insert(*change.key);
+    } else if (*change.kind == kind::kNodes) {
+      dirty_nodes_.insert(*change.key);
+    } else if (*change.kind == kind::kProjects) {
+      projects_dirty_ = true;
+    } else {
+      relevant = false;
+    }
+  }
+  if (relevant) wake();
+}
+
+void SchedulerLoop::upsert_job(const std::string& id, const model::Job* job) {
+  bool keep = job && (job->status.phase == model::JobPhase::kPending || holds_gpus(job->status.phase));
+  auto it = job_slot_.find(id);
+  if (!keep) {
+    if (it == job_slot_.end()) return;
+    // Swap-remove: the last job takes the freed slot.
+    size_t slot = it->second;
+    size_t last = snapshot_.jobs.size() - 1;
+    if (slot != last) {
+      snapshot_.jobs[slot] = std::move(snapshot_.jobs[last]);
+      job_revision_[slot] = job_revision_[last];
+      job_stored_phase_[slot] = job_stored_phase_[last];
+      job_slot_[snapshot_.jobs[slot].meta.name] = slot;
+    }
+    snapshot_.jobs.pop_back();
+    job_revision_.pop_back();
+    job_stored_phase_.pop_back();
+    job_slot_.erase(id);
+    return;
+  }
+  model::Job copy = *job;
+  model::JobPhase stored = copy.status.phase;
+  if (stored == model::JobPhase::kScheduled) copy.status.phase = model::JobPhase::kRunning;  // it holds its slice
+  if (it == job_slot_.end()) {
+    job_slot_[id] = snapshot_.jobs.size();
+    snapshot_.jobs.push_back(std::move(copy));
+    job_revision_.push_back(job->meta.revision);
+    job_stored_phase_.push_back(stored);
+  } else {
+    snapshot_.jobs[it->second] = std::move(copy);
+    job_revision_[it->second] = job->meta.revision;
+    job_stored_phase_[it->second] = stored;
+  }
+}
+
+void SchedulerLoop::upsert_node(const std::string& name, const model::Node* node) {
+  auto it = node_slot_.find(name);
+  if (!node) {
+    if (it == node_slot_.end()) return;
+    size_t slot = it->second;
+    size_t last = snapshot_.nodes.size() - 1;
+    if (slot != last) {
+      snapshot_.nodes[slot] = std::move(snapshot_.nodes[last]);
+      node_slot_[snapshot_.nodes[slot].meta.name] = slot;
+    }
+    snapshot_.nodes.pop_back();
+    node_slot_.erase(name);
+    return;
+  }
+  if (it == node_slot_.end()) {
+    node_slot_[name] = snapshot_.nodes.size();
+    snapshot_.nodes.push_back(*node);
+  } else {
+    snapshot_.nodes[it->second] = *node;
+  }
+}
+
+void SchedulerLoop::sync() {
+  std::set<std::string> jobs, nodes;
+  bool projects;
+  {
+    std::lock_guard lock(dirty_mutex_);
+    jobs.swap(dirty_jobs_);
+    nodes.swap(dirty_nodes_);
+    projects = projects_dirty_;
+    projects_dirty_ = false;
+  }
+  cache_.read([&](const ObjectCache& c) {
+    for (const auto& id : jobs) upsert_job(id, c.jobs.get(id).object.get());
+    for (const auto& name : nodes) upsert_node(name, c.nodes.get(name).object.get());
+    if (projects) {
+      snapshot_.projects.clear();
+      c.projects.for_each([&](const std::string&, const model::Project& p, int64_t) { snapshot_.projects.push_back(p); });
+    }
+    return 0;
+  });
+}
+
+CycleReport SchedulerLoop::run_once() {
+  CycleReport report;
+  auto started = std::chrono::steady_clock::now();
+  sync();
+  Time now = clock_();
+  snapshot_.now = now;
+  // Fair share: charge running jobs for the time since the last cycle.
+  if (last_usage_at_ != Time{} && now > last_usage_at_) {
+    double seconds = static_cast<double>((now - last_usage_at_).count());
+    for (const auto& job : snapshot_.jobs) {
+      if (job.status.phase == model::JobPhase::kRunning) {
+        snapshot_.usage.add(job.spec.project, job.spec.user, seconds * job.spec.gpu.total_blocks(), now);
+      }
+    }
+  }
+  last_usage_at_ = now;
+  report.sync_seconds = seconds_since(started);
+
+  sched::CycleResult result = sched::run_cycle(snapshot_, config_.policy);
+  report.cycle_seconds = seconds_since(started);
+  report.pending = result.stats.pending;
+  report.running = result.stats.running;
+  metrics_.cycle_seconds.observe({}, report.cycle_seconds);
+
+  {
+    std::lock_guard lock(reasons_mutex_);
+    reasons_.clear();
+    for (const auto& w : result.waiting) reasons_[snapshot_.jobs[w.job].meta.name] = result.reasons[w.reason];
+  }
+  auto commit_started = std::chrono::steady_clock::now();
+  report.placed = result.placements.size();
+  report.preempted = result.preemptions.size();
+  report.conflicts = commit(result);
+  report.commit_seconds = seconds_since(commit_started);
+  for (const auto& warning : result.warnings) spdlog::warn("scheduler warning=\"{}\"", warning);
+  return report;
+}
+
+size_t SchedulerLoop::commit(const sched::CycleResult& result) {
+  if (result.placements.empty() && result.preemptions.empty() && result.repartitions.empty()) return 0;
+  Time now = snapshot_.now;
+  // The new state of every job a decision changes.
+  std::map<sched::JobIndex, model::Job> after;
+  std::map<sched::JobIndex, Json> decisions;
+  auto stored_before = [&](sched::JobIndex j) {
+    model::Job job = snapshot_.jobs[j];
+    job.status.phase = job_stored_phase_[j];
+    return job;
+  };
+  for (const auto& p : result.preemptions) {
+    model::Job job = stored_before(p.victim);
+    const std::string& by = snapshot_.jobs[p.for_job].meta.name;
+    job.status.phase = model::JobPhase::kPending;
+    job.status.placement.clear();
+    job.status.started_at.reset();
+    job.status.events.push_back({model::JobEventType::kPreempted, now,
+                                 fmt::format("pre-empted for job {}{}", by,
+                                             p.checkpoint ? "; resumes from its latest checkpoint" : "; restarts from the beginning")});
+    after[p.victim] = std::move(job);
+    decisions[p.victim] = {{"decision", "preempt"}, {"job", snapshot_.jobs[p.victim].meta.name}, {"for", by},
+                           {"checkpoint", p.checkpoint}, {"work_lost", format_duration(p.work_lost)}};
+  }
+  for (const auto& p : result.placements) {
+    model::Job job = stored_before(p.job);
+    job.status.phase = model::JobPhase::kScheduled;
+    job.status.started_at = now;
+    job.status.placement.clear();
+    std::string where;
+    for (const auto& grant : p.nodes) {
+      model::NodeBinding binding{snapshot_.nodes[grant.node].meta.name, {}};
+      for (const auto& g : grant.gpus) binding.gpus.push_back({g.gpu, g.blocks, g.vram_mib, g.mig_start});
+      where += (where.empty() ? "" : "; ") + grants_text(binding);
+      job.status.placement.push_back(std::move(binding));
+    }
+    job.status.waiting_reason.clear();
+    job.status.events.push_back({model::JobEventType::kScheduled, now, "bound to " + where});
+    metrics_.queue_wait.observe({}, static_cast<double>((now - job.status.submitted_at).count()));
+    after[p.job] = std::move(job);
+    decisions[p.job] = {{"decision", "place"}, {"job", snapshot_.jobs[p.job].meta.name}, {"where", where}};
+  }
+
+  // Group the changed jobs by the nodes they touch (before or after), joining nodes a job spans.
+  std::vector<std::string> node_names;
+  std::unordered_map<std::string, size_t> node_index;
+  auto index_of = [&](const std::string& node) {
+    auto [it, inserted] = node_index.emplace(node, node_names.size());
+    if (inserted) node_names.push_back(node);
+    return it->second;
+  };
+  std::map<sched::JobIndex, std::vector<size_t>> job_nodes;
+  for (const auto& [j, job] : after) {
+    for (const auto& b : snapshot_.jobs[j].status.placement) job_nodes[j].push_back(index_of(b.node));
+    for (const auto& b : job.status.placement) job_nodes[j].push_back(index_of(b.node));
+  }
+  Groups groups{std::vector<size_t>(node_names.size())};
+  std::iota(groups.parent.begin(), groups.parent.end(), 0);
+  for (const auto& [j, nodes] : job_nodes) {
+    for (size_t k = 1; k < nodes.size(); ++k) groups.join(nodes[0], nodes[k]);
+  }
+  std::map<size_t, std::vector<sched::JobIndex>> jobs_of_group;
+  for (const auto& [j, nodes] : job_nodes) {
+    if (!nodes.empty()) jobs_of_group[groups.find(nodes[0])].push_back(j);
+  }
+
+  // One transaction per group: the jobs' compare-and-swap updates and each node's allocation record
+  // (from the cache, compare-and-swap on the revision the decisions were made on).
+  std::vector<std::future<Result<store::TxnResult>>> pending;
+  for (const auto& [root, jobs] : jobs_of_group) {
+    std::vector<store::Op> ops;
+    std::map<std::string, std::pair<Allocation, int64_t>> allocations;
+    Json audit_decisions = Json::array();
+    cache_.read([&](const ObjectCache& c) {
+      for (sched::JobIndex j : jobs) {
+        for (size_t n : job_nodes[j]) {
+          const std::string& node = node_names[n];
+          if (allocations.count(node)) continue;
+          auto cached = c.allocations.get(node);
+          allocations[node] = {cached.object ? *cached.object : Allocation{}, cached.object ? cached.revision : 0};
+        }
+      }
+      return 0;
+    });
+    for (sched::JobIndex j : jobs) {
+      const model::Job& job = after[j];
+      const std::string& id = job.meta.name;
+      for (auto& [node, entry] : allocations) entry.first.jobs.erase(id);
+      if (holds_gpus(job.status.phase)) {
+        for (const auto& b : job.status.placement) allocations[b.node].first.jobs[id] = b.gpus;
+      }
+      Json value = to_json(job);
+      value["metadata"].erase("revision");
+      ops.push_back(store::Op::update(kind::kJobs, id, value.dump(), job_revision_[j]));
+      audit_decisions.push_back(decisions[j]);
+    }
+    for (auto& [node, entry] : allocations) {
+      std::string value = allocation_to_json(node, entry.first).dump();
+      ops.push_back(entry.second == 0 ? store::Op::create(kind::kAllocations, node, std::move(value))
+                                      : store::Op::update(kind::kAllocations, node, std::move(value), entry.second));
+    }
+    Json audit = {{"time", format_rfc3339(now)}, {"actor", "scheduler"}, {"action", "scheduler.decisions"},
+                  {"target", node_names[root]}, {"outcome", "ok"}, {"detail", {{"decisions", audit_decisions}}}};
+    auto promise = std::make_shared<std::promise<Result<store::TxnResult>>>();
+    pending.push_back(promise->get_future());
+    store_.txn_async(std::move(ops), audit.dump(), [promise](Result<store::TxnResult> r) { promise->set_value(std::move(r)); });
+  }
+  for (const auto& r : result.repartitions) {
+    // The node's agent applies the layout (the agent's issue); until it reports it back, the node
+    // record carries the decided layout so the next cycle does not decide it again.
+    const std::string& node = snapshot_.nodes[r.node].meta.name;
+    Json audit = {{"time", format_rfc3339(now)}, {"actor", "scheduler"}, {"action", "scheduler.repartition"},
+                  {"target", node}, {"outcome", "ok"}, {"detail", {{"gpu", r.gpu}, {"mig_enabled", r.mig_enabled},
+                                                                   {"instances", r.instances.size()}}}};
+    store_.txn_async({}, audit.dump(), [](Result<store::TxnResult>) {});
+  }
+
+  size_t conflicts = 0;
+  for (auto& f : pending) {
+    Result<store::TxnResult> r = f.get();
+    if (!r) {
+      if (r.error().code == ErrorCode::kConflict || r.error().code == ErrorCode::kAlreadyExists) {
+        ++conflicts;
+      } else {
+        spdlog::error("scheduler commit failed error=\"{}\"", r.error().to_string());
+      }
+      continue;
+    }
+    for (const auto& record : r->records) cache_.apply(record);
+  }
+  if (conflicts > 0) {
+    spdlog::info("scheduler decisions lost a compare-and-swap groups={}; retrying with fresh state", conflicts);
+    wake();
+  }
+  return conflicts;
+}
+
+void SchedulerLoop::wake() {
+  {
+    std::lock_guard lock(wake_mutex_);
+    woken_ = true;
+  }
+  wake_cv_.notify_one();
+}
+
+void SchedulerLoop::start() { thread_ = std::thread([this] { loop(); }); }
+
+void SchedulerLoop::stop() {
+  {
+    std::lock_guard lock(wake_mutex_);
+    stopping_ = true;
+  }
+  wake_cv_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+void SchedulerLoop::loop() {
+  while (true) {
+    {
+      std::unique_lock lock(wake_mutex_);
+      wake_cv_.wait_for(lock, config_.schedule_period, [this] { return woken_ || stopping_; });
+      if (stopping_) return;
+      if (woken_) {
+        // Debounce: let a burst of changes land, then schedule them in one cycle.
+        wake_cv_.wait_for(lock, config_.schedule_debounce, [this] { return stopping_; });
+        if (stopping_) return;
+      }
+      woken_ = false;
+    }
+    try {
+      run_once();
+    } catch (const std::exception& e) {
+      spdlog::error("scheduling cycle failed error=\"{}\"", e.what());
+    }
+  }
+}
+
+std::string SchedulerLoop::waiting_reason(const std::string& job) const {
+  std::lock_guard lock(reasons_mutex_);
+  auto it = reasons_.find(job);
+  return it == reasons_.end() ? std::string() : it->second;
+}
+
+}  // namespace cnlab::server

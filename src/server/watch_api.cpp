@@ -1,0 +1,125 @@
+// `?watch=1&revision=N` on a collection: a chunked stream of JSON lines, one per change after N,
+// {"type": "ADDED"|"MODIFIED"|"DELETED", "object": {...}}. A revision older than the kept history
+// gets 410 with "resync from revision N" before the stream starts (the client lists and watches
+// again); a client that reads too slowly is cut off by the stream's backlog bound.
+#include <deque>
+#include <unordered_map>
+
+#include "server/api.h"
+#include "server/api_error.h"
+
+namespace cnlab::server {
+namespace {
+
+// The parsed form of recent records, shared by every watcher: a thousand watchers of one kind parse
+// each change once, not a thousand times.
+class ParsedRecords {
+ public:
+  std::shared_ptr<const Json> get(const store::Record& record) {
+    std::string key = record.kind + "\n" + std::to_string(record.mod_revision) + "\n" + record.key;
+    std::lock_guard lock(mutex_);
+    auto it = parsed_.find(key);
+    if (it != parsed_.end()) return it->second;
+    Json json = Json::parse(record.value, nullptr, false);
+    if (json.is_object()) json["metadata"]["revision"] = record.mod_revision;
+    auto shared = std::make_shared<const Json>(std::move(json));
+    parsed_.emplace(key, shared);
+    order_.push_back(key);
+    if (order_.size() > kKept) {
+      parsed_.erase(order_.front());
+      order_.pop_front();
+    }
+    return shared;
+  }
+
+ private:
+  static constexpr size_t kKept = 8192;
+  std::mutex mutex_;
+  std::unordered_map<std::string, std::shared_ptr<const Json>> parsed_;
+  std::deque<std::string> order_;
+};
+
+ParsedRecords& parsed_records() {
+  static ParsedRecords records;
+  return records;
+}
+
+struct WatchState {
+  std::mutex mutex;
+  std::shared_ptr<net::Stream> stream;
+  std::string early;  // what arrived before the stream was open (bounded by the history replayed)
+  bool closed = false;
+  std::unique_ptr<store::Store::WatchHandle> handle;
+
+  void send(std::string text) {
+    std::lock_guard lock(mutex);
+    if (closed) return;
+    if (stream) {
+      stream->push(std::move(text));
+    } else {
+      early += text;
+    }
+  }
+};
+
+}  // namespace
+
+net::Response Api::watch(const Call& call, const std::string& kind, std::function<bool(const Json&)> visible) {
+  std::string text = call.request.query_value("revision");
+  int64_t revision = 0;
+  if (!text.empty()) {
+    char* end = nullptr;
+    revision = std::strtoll(text.c_str(), &end, 10);
+    if (*end != '\0' || revision < 0) return error_response(Error::invalid_argument("revision", text, "expected a revision >= 0"));
+  }
+  auto state = std::make_shared<WatchState>();
+  store::Store::WatchCallbacks callbacks;
+  callbacks.on_events = [state, visible](const std::vector<store::Event>& events) {
+    std::string out;
+    for (const auto& event : events) {
+      auto object = parsed_records().get(event.record);
+      if (!object->is_object() || !visible(*object)) continue;
+      const char* type = event.type == store::EventType::kDelete ? "DELETED" : event.created ? "ADDED" : "MODIFIED";
+      out += Json{{"type", type}, {"object", *object}}.dump(-1, ' ', false, Json::error_handler_t::replace);
+      out += '\n';
+    }
+    if (!out.empty()) state->send(std::move(out));
+  };
+  callbacks.on_close = [state](const Error& error) {
+    Json line = {{"type", "ERROR"}, {"error", {{"code", api_code(error.code)}, {"message", error.to_string()}}}};
+    state->send(line.dump() + "\n");
+    std::lock_guard lock(state->mutex);
+    if (state->stream) state->stream->finish();
+  };
+  auto handle = ctx_.store.watch(kind, "", revision, std::move(callbacks));
+  if (!handle) return error_response(handle.error());
+  {
+    std::lock_guard lock(state->mutex);
+    state->handle = std::move(*handle);
+  }
+  Metrics& metrics = ctx_.metrics;
+  net::Response response;
+  response.content_type = "application/x-ndjson";
+  response.start_stream = [state, &metrics](std::shared_ptr<net::Stream> stream) {
+    metrics.watchers.inc({}, 1);
+    {
+      std::lock_guard lock(state->mutex);
+      state->stream = stream;
+      if (!state->early.empty()) stream->push(std::move(state->early));
+      state->early.clear();
+    }
+    stream->on_close([state, &metrics]() {
+      std::unique_ptr<store::Store::WatchHandle> handle;
+      {
+        std::lock_guard lock(state->mutex);
+        state->closed = true;
+        handle = std::move(state->handle);
+      }
+      handle.reset();  // outside the lock: the store may be delivering to this watcher right now
+      metrics.watchers.inc({}, -1);
+    });
+  };
+  return response;
+}
+
+}  // namespace cnlab::server

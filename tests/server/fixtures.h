@@ -1,0 +1,77 @@
+// A cluster for the API tests: a running server, an admin client, and helpers that create projects,
+// users with roles, and nodes registered through a join token as an agent would.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include "model/model.h"
+#include "server_process.h"
+
+namespace cnlab::server::test_support {
+
+inline Json node_object(const std::string& name, const std::string& gpu_model, int gpus, int64_t cpu_milli = 64000,
+                        int64_t memory_mib = 512 * 1024) {
+  model::Node node;
+  node.meta.name = name;
+  node.cpu_milli = cpu_milli;
+  node.memory_mib = memory_mib;
+  node.simulated = true;
+  auto id = model::parse_model(gpu_model, "model");
+  for (int i = 0; i < gpus; ++i) {
+    model::Gpu g;
+    g.index = i;
+    g.uuid = "GPU-" + name + "-" + std::to_string(i);
+    g.model = *id;
+    g.memory_mib = model::gpu_model(*id).memory_mib;
+    g.simulated = true;
+    node.gpus.push_back(g);
+  }
+  return model::to_json(node);
+}
+
+inline Json job_body(const std::string& project, const std::string& gpu, std::vector<std::string> command = {"true"}) {
+  return {{"metadata", {{"name", "train"}}},
+          {"spec", {{"project", project}, {"gpu", gpu}, {"command", command}, {"cpu_milli", 1000}, {"memory_mib", 1024}}}};
+}
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override { start_server({}); }
+
+  void start_server(std::vector<std::string> extra) {
+    server_ = std::make_unique<ServerProcess>(dir_.path(), std::move(extra));
+    admin_ = server_->client(server_->admin_token());
+  }
+
+  void create_project(const std::string& name) {
+    call(*admin_, "POST", "/v1/projects", 201, {{"metadata", {{"name", name}}}});
+  }
+
+  // A token for `user` with `role` in `project` (minted by the admin).
+  std::string token_for(const std::string& user, const std::string& project, const std::string& role) {
+    Json made = call(*admin_, "POST", "/v1/tokens", 201,
+                     {{"user", user}, {"project", project}, {"role", role}, {"ttl", "1h"}});
+    return made["token"];
+  }
+
+  // Registers a node with a fresh join token; returns the node's credential.
+  std::string register_node(const std::string& name, const std::string& gpu_model, int gpus) {
+    Json join = call(*admin_, "POST", "/v1/join-tokens", 201, {{"ttl", "1h"}});
+    auto anonymous = server_->client("");
+    Json registered = call(*anonymous, "POST", "/v1/nodes", 201,
+                           {{"join_token", join["token"]}, {"node", node_object(name, gpu_model, gpus)}});
+    return registered["token"];
+  }
+
+  Json get_job(net::Client& client, const std::string& id) { return call(client, "GET", "/v1/jobs/" + id, 200); }
+
+  bool wait_for_phase(net::Client& client, const std::string& id, const std::string& phase) {
+    return eventually([&] { return get_job(client, id)["status"]["phase"] == phase; });
+  }
+
+  TempDir dir_;
+  std::unique_ptr<ServerProcess> server_;
+  std::unique_ptr<net::Client> admin_;
+};
+
+}  // namespace cnlab::server::test_support

@@ -1,0 +1,196 @@
+// Jobs through the API: admission, idempotency, quotas, the scheduling loop binding them to nodes,
+// the agent's status reports, cancel, logs and waiting reasons.
+#include <gmock/gmock.h>
+
+#include <atomic>
+#include <set>
+
+#include "fixtures.h"
+
+namespace cnlab::server::test_support {
+namespace {
+
+using ::testing::HasSubstr;
+
+class JobsTest : public ClusterTest {};
+
+TEST_F(JobsTest, ASubmittedJobIsBoundToAFreeGpuAndRunsToTheEndTheAgentReports) {
+  std::string credential = register_node("gpu-1", "h100", 8);
+  Json job = call(*admin_, "POST", "/v1/jobs", 201, job_body("default", "h100-25"));
+  std::string id = job["metadata"]["name"];
+  EXPECT_THAT(id, HasSubstr("train-"));
+  EXPECT_EQ(job["status"]["phase"], "Pending");
+  ASSERT_TRUE(wait_for_phase(*admin_, id, "Scheduled"));
+  Json bound = get_job(*admin_, id);
+  ASSERT_EQ(bound["status"]["placement"].size(), 1u);
+  EXPECT_EQ(bound["status"]["placement"][0]["node"], "gpu-1");
+  EXPECT_EQ(bound["status"]["placement"][0]["gpus"][0]["blocks"], 25);
+
+  auto agent = server_->client(credential);
+  // The agent sees it in its node's list.
+  Json mine = call(*agent, "GET", "/v1/jobs?node=gpu-1", 200);
+  ASSERT_EQ(mine["items"].size(), 1u);
+  call(*agent, "PUT", "/v1/jobs/" + id + "/status", 200, {{"phase", "Running"}});
+  call(*agent, "PUT", "/v1/jobs/" + id + "/status", 200, {{"phase", "Succeeded"}, {"exit_code", 0}});
+  Json done = get_job(*admin_, id);
+  EXPECT_EQ(done["status"]["phase"], "Succeeded");
+  EXPECT_EQ(done["status"]["exit_code"], 0);
+  std::vector<std::string> events;
+  for (const auto& e : done["status"]["events"]) events.push_back(e["type"]);
+  EXPECT_THAT(events, ::testing::ElementsAre("Queued", "Scheduled", "Started", "Finished"));
+}
+
+TEST_F(JobsTest, TheSameIdempotencyKeyReturnsTheSameJobAndADifferentBodyIsRefused) {
+  register_node("gpu-1", "h100", 8);
+  std::map<std::string, std::string> key = {{"Idempotency-Key", "submit-1"}};
+  Json first = call(*admin_, "POST", "/v1/jobs", 201, job_body("default", "h100-25"), key);
+  Json again = call(*admin_, "POST", "/v1/jobs", 200, job_body("default", "h100-25"), key);
+  EXPECT_EQ(first["metadata"]["name"], again["metadata"]["name"]);
+  auto changed = admin_->request("POST", "/v1/jobs", job_body("default", "h100-50").dump(), key);
+  EXPECT_EQ(changed->status, 422);
+  Json all = call(*admin_, "GET", "/v1/jobs", 200);
+  EXPECT_EQ(all["items"].size(), 1u);
+}
+
+TEST_F(JobsTest, ConcurrentSubmitsWithOneKeyMakeOneJob) {
+  register_node("gpu-1", "h100", 8);
+  std::vector<std::thread> threads;
+  std::mutex mutex;
+  std::set<std::string> ids;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      auto client = server_->client(server_->admin_token());
+      auto r = client->request("POST", "/v1/jobs", job_body("default", "h100-25").dump(), {{"Idempotency-Key", "same"}});
+      Json j = Json::parse(r->body);
+      std::lock_guard lock(mutex);
+      ids.insert(j["metadata"]["name"].get<std::string>());
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ids.size(), 1u);
+  EXPECT_EQ(call(*admin_, "GET", "/v1/jobs", 200)["items"].size(), 1u);
+}
+
+TEST_F(JobsTest, AdmissionRefusesWhatCanNeverFitWithTheReason) {
+  register_node("gpu-1", "h100", 8);
+  auto refused = [&](const Json& body) {
+    auto r = admin_->request("POST", "/v1/jobs", body.dump());
+    EXPECT_EQ(r->status, 422) << r->body;
+    return Json::parse(r->body)["error"]["message"].get<std::string>();
+  };
+  EXPECT_THAT(refused(job_body("default", "h100x16")), HasSubstr("can never fit"));
+  EXPECT_THAT(refused(job_body("default", "l4-10")), HasSubstr("no node has a GPU of this model"));
+  Json late = job_body("default", "h100-25");
+  late["spec"]["deadline"] = "2020-01-01T00:00:00Z";
+  EXPECT_THAT(refused(late), HasSubstr("deadline has passed"));
+  Json tight = job_body("default", "h100-25");
+  auto soon = std::chrono::time_point_cast<Duration>(std::chrono::system_clock::now()) + kHour;
+  tight["spec"]["deadline"] = format_rfc3339(soon);
+  tight["spec"]["estimated_duration"] = "3h";
+  EXPECT_THAT(refused(tight), HasSubstr("cannot be met"));
+  // Bad input is 400 naming the field.
+  Json bad = job_body("default", "h100-250");
+  auto r = admin_->request("POST", "/v1/jobs", bad.dump());
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(Json::parse(r->body)["error"]["field"], "spec.gpu");
+  // A job without a command.
+  Json none = job_body("default", "h100-25", {});
+  EXPECT_EQ(admin_->request("POST", "/v1/jobs", none.dump())->status, 400);
+}
+
+TEST_F(JobsTest, QuotaRefusesOverTheLimitWithTheNumbersAndBorrowingAdmitsAsPreemptible) {
+  register_node("gpu-1", "h100", 8);
+  create_project("vision");
+  auto alice = server_->client(token_for("alice", "vision", "member"));
+  call(*admin_, "PUT", "/v1/quotas/vision", 200, {{"spec", {{"project", "vision"}, {"gpus", 1}}}});
+  call(*alice, "POST", "/v1/jobs", 201, job_body("vision", "h100-50"));
+  call(*alice, "POST", "/v1/jobs", 201, job_body("vision", "h100-50"));
+  auto over = alice->request("POST", "/v1/jobs", job_body("vision", "h100-25").dump());
+  ASSERT_EQ(over->status, 422);
+  std::string message = Json::parse(over->body)["error"]["message"];
+  EXPECT_THAT(message, HasSubstr("asked 0.25"));
+  EXPECT_THAT(message, HasSubstr("used 1"));
+  EXPECT_THAT(message, HasSubstr("limit 1"));
+
+  call(*admin_, "PUT", "/v1/quotas/vision", 200, {{"spec", {{"project", "vision"}, {"gpus", 1}, {"borrowing", true}}}});
+  Json borrowed = call(*alice, "POST", "/v1/jobs", 201, job_body("vision", "h100-25"));
+  EXPECT_EQ(borrowed["spec"]["priority_class"], "opportunistic");
+}
+
+TEST_F(JobsTest, APendingJobShowsTheSchedulersReasonAndCancelEndsIt) {
+  register_node("gpu-1", "l4", 1);
+  std::string first = call(*admin_, "POST", "/v1/jobs", 201, job_body("default", "l4"))["metadata"]["name"];
+  ASSERT_TRUE(wait_for_phase(*admin_, first, "Scheduled"));
+  std::string second = call(*admin_, "POST", "/v1/jobs", 201, job_body("default", "l4"))["metadata"]["name"];
+  ASSERT_TRUE(eventually([&] {
+    return !get_job(*admin_, second)["status"].value("waiting_reason", "").empty() &&
+           get_job(*admin_, second)["status"]["waiting_reason"] != "waiting for the next scheduling cycle";
+  }));
+  Json cancelled = call(*admin_, "POST", "/v1/jobs/" + second + "/cancel", 200, Json::object());
+  EXPECT_EQ(cancelled["status"]["phase"], "Cancelled");
+  EXPECT_EQ(admin_->request("POST", "/v1/jobs/" + second + "/cancel", "{}")->status, 409);
+}
+
+TEST_F(JobsTest, CancellingARunningJobAsksTheAgentAndFreesTheGpuWhenItEnds) {
+  std::string credential = register_node("gpu-1", "l4", 1);
+  auto agent = server_->client(credential);
+  std::string id = call(*admin_, "POST", "/v1/jobs", 201, job_body("default", "l4"))["metadata"]["name"];
+  ASSERT_TRUE(wait_for_phase(*admin_, id, "Scheduled"));
+  call(*agent, "PUT", "/v1/jobs/" + id + "/status", 200, {{"phase", "Running"}});
+  Json asked = call(*admin_, "POST", "/v1/jobs/" + id + "/cancel", 200, Json::object());
+  EXPECT_EQ(asked["status"]["phase"], "Running");
+  EXPECT_EQ(asked["status"]["cancel_requested"], true);
+  std::string next = call(*admin_, "POST", "/v1/jobs", 201, job_body("default", "l4"))["metadata"]["name"];
+  call(*agent, "PUT", "/v1/jobs/" + id + "/status", 200, {{"phase", "Failed"}, {"signal", 15}});
+  EXPECT_EQ(get_job(*admin_, id)["status"]["phase"], "Cancelled");
+  // The GPU it held goes to the next job.
+  EXPECT_TRUE(wait_for_phase(*admin_, next, "Scheduled"));
+}
+
+TEST_F(JobsTest, LogsAreStoredOnceAndFollowedFromASequenceNumber) {
+  std::string credential = register_node("gpu-1", "h100", 8);
+  auto agent = server_->client(credential);
+  std::string id = call(*admin_, "POST", "/v1/jobs", 201, job_body("default", "h100-25"))["metadata"]["name"];
+  ASSERT_TRUE(wait_for_phase(*admin_, id, "Scheduled"));
+  Json lines = {{"lines", {{{"seq", 1}, {"stream", "stdout"}, {"text", "epoch 1"}},
+                           {{"seq", 2}, {"stream", "stderr"}, {"text", "warning"}}}}};
+  EXPECT_EQ(call(*agent, "POST", "/v1/jobs/" + id + "/logs", 200, lines)["last_seq"], 2);
+  // Resent after a reconnect: nothing shown twice.
+  Json again = {{"lines", {{{"seq", 2}, {"stream", "stderr"}, {"text", "warning"}}, {{"seq", 3}, {"text", "epoch 2"}}}}};
+  EXPECT_EQ(call(*agent, "POST", "/v1/jobs/" + id + "/logs", 200, again)["last_seq"], 3);
+  auto r = admin_->request("GET", "/v1/jobs/" + id + "/logs?from_seq=2");
+  ASSERT_EQ(r->status, 200);
+  EXPECT_EQ(std::count(r->body.begin(), r->body.end(), '\n'), 2);
+  EXPECT_THAT(r->body, HasSubstr("epoch 2"));
+
+  // Follow: the stored lines, then a new one as the agent sends it.
+  auto follower = server_->client(server_->admin_token());
+  std::string seen;
+  std::thread reader([&] {
+    (void)follower->stream("GET", "/v1/jobs/" + id + "/logs?follow=1&from_seq=3", [&](std::string_view chunk) {
+      seen += chunk;
+      return seen.find("epoch 3") == std::string::npos;
+    });
+  });
+  ASSERT_TRUE(eventually([&] { return seen.find("epoch 2") != std::string::npos; }));
+  call(*agent, "POST", "/v1/jobs/" + id + "/logs", 200, {{"lines", {{{"seq", 4}, {"text", "epoch 3"}}}}});
+  reader.join();
+  EXPECT_EQ(seen.find("epoch 1"), std::string::npos);
+  EXPECT_NE(seen.find("epoch 3"), std::string::npos);
+}
+
+TEST_F(JobsTest, ASilentNodeBecomesLostAndItsJobsAreRequeued) {
+  server_->stop(SIGTERM);
+  start_server({"--not-ready-after", "1s", "--lost-after", "2s"});
+  register_node("gpu-1", "h100", 8);
+  std::string id = call(*admin_, "POST", "/v1/jobs", 201, job_body("default", "h100-25"))["metadata"]["name"];
+  ASSERT_TRUE(wait_for_phase(*admin_, id, "Scheduled"));
+  ASSERT_TRUE(eventually([&] { return call(*admin_, "GET", "/v1/nodes/gpu-1", 200)["status"]["phase"] == "Lost"; },
+                         std::chrono::seconds(15)));
+  ASSERT_TRUE(wait_for_phase(*admin_, id, "Pending"));
+  Json job = get_job(*admin_, id);
+  EXPECT_THAT(job["status"]["events"].back()["reason"].get<std::string>(), HasSubstr("lost"));
+}
+
+}  // namespace
+}  // namespace cnlab::server::test_support

@@ -1,0 +1,162 @@
+// Starts the real `cnlab` binary as a server on a fresh data directory (port 0, loopback) and talks
+// to it over TLS, as users and agents would. Used by the end-to-end API tests.
+#pragma once
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/json_reader.h"
+#include "net/net.h"
+
+namespace cnlab::server::test_support {
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "cnlab_server_test_XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr) std::abort();
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+inline std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string s = text.str();
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+  return s;
+}
+
+// Runs `cnlab ARGS...`, returning its exit status and what it printed (stdout and stderr).
+inline std::pair<int, std::string> run_cnlab(const std::vector<std::string>& args) {
+  std::string command = std::string(CNLAB_BINARY);
+  for (const auto& a : args) command += " '" + a + "'";
+  command += " 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  std::string out;
+  char buffer[4096];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, n);
+  int status = ::pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+class ServerProcess {
+ public:
+  // Initialises `data_dir` unless it already is, and starts the server with `extra` flags.
+  explicit ServerProcess(std::string data_dir, std::vector<std::string> extra = {}) : data_dir_(std::move(data_dir)) {
+    if (!std::filesystem::exists(data_dir_ + "/signing.key")) {
+      auto [status, out] = run_cnlab({"server", "init", "--data-dir", data_dir_});
+      if (status != 0) throw std::runtime_error("cnlab server init failed: " + out);
+    }
+    start(std::move(extra));
+  }
+  ~ServerProcess() { stop(SIGTERM); }
+
+  void start(std::vector<std::string> extra) {
+    int out[2];
+    if (::pipe(out) != 0) std::abort();
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(out[1], 1);
+      ::close(out[0]);
+      ::close(out[1]);
+      std::string log = data_dir_ + "/server.log";
+      FILE* err = std::fopen(log.c_str(), "a");
+      if (err) ::dup2(fileno(err), 2);
+      std::vector<std::string> args = {CNLAB_BINARY, "server", "--data-dir", data_dir_, "--listen", "127.0.0.1:0"};
+      for (auto& e : extra) args.push_back(e);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    std::string line;
+    char c;
+    while (::read(out[0], &c, 1) == 1 && c != '\n') line += c;
+    ::close(out[0]);
+    const std::string prefix = "listening on ";
+    if (line.rfind(prefix, 0) != 0) {
+      stop(SIGKILL);
+      throw std::runtime_error("server did not start: \"" + line + "\"; log: " + slurp(data_dir_ + "/server.log"));
+    }
+    url_ = line.substr(prefix.size());
+  }
+
+  // SIGTERM for a clean stop, SIGKILL for a crash.
+  void stop(int signal) {
+    if (pid_ <= 0) return;
+    ::kill(pid_, signal);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+  bool running() const {
+    if (pid_ <= 0) return false;
+    return ::waitpid(pid_, nullptr, WNOHANG) == 0;
+  }
+
+  const std::string& url() const { return url_; }
+  const std::string& data_dir() const { return data_dir_; }
+  std::string ca() const { return data_dir_ + "/ca.pem"; }
+  std::string admin_token() const { return slurp(data_dir_ + "/admin.token"); }
+
+  std::unique_ptr<net::Client> client(const std::string& token) const {
+    auto c = net::Client::connect({url_, ca(), token});
+    if (!c) throw std::runtime_error(c.error().to_string());
+    return std::move(*c);
+  }
+
+ private:
+  std::string data_dir_;
+  std::string url_;
+  pid_t pid_ = -1;
+};
+
+// A request that must answer with `status`; returns the parsed body.
+inline Json call(net::Client& client, const std::string& method, const std::string& target, int status,
+                 const Json& body = nullptr, const std::map<std::string, std::string>& headers = {}) {
+  auto response = client.request(method, target, body.is_null() ? "" : body.dump(), headers);
+  if (!response) throw std::runtime_error(method + " " + target + ": " + response.error().to_string());
+  if (response->status != status) {
+    throw std::runtime_error(method + " " + target + ": expected " + std::to_string(status) + ", got " +
+                             std::to_string(response->status) + ": " + response->body);
+  }
+  Json json = Json::parse(response->body, nullptr, false);
+  return json.is_discarded() ? Json(response->body) : json;
+}
+
+// Polls `condition` until it holds or `timeout` passes.
+template <typename F>
+bool eventually(F condition, std::chrono::milliseconds timeout = std::chrono::milliseconds(10000)) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return condition();
+}
+
+}  // namespace cnlab::server::test_support
