@@ -222,6 +222,17 @@ size_t SchedulerLoop::commit(const sched::CycleResult& result) {
     decisions[p.job] = {{"decision", "place"}, {"job", snapshot_.jobs[p.job].meta.name}, {"where", where}};
   }
 
+  // Nodes whose GPUs the scheduler repartitions: the record carries the decided layout (its agent
+  // applies it, and reports it back), committed with the placements that need it.
+  std::map<std::string, model::Node> repartitioned;
+  for (const auto& r : result.repartitions) {
+    model::Node& node = repartitioned.try_emplace(snapshot_.nodes[r.node].meta.name, snapshot_.nodes[r.node]).first->second;
+    if (r.gpu >= 0 && static_cast<size_t>(r.gpu) < node.gpus.size()) {
+      node.gpus[r.gpu].mig_enabled = r.mig_enabled;
+      node.gpus[r.gpu].mig_instances = r.instances;
+    }
+  }
+
   // Group the changed jobs by the nodes they touch (before or after), joining nodes a job spans.
   std::vector<std::string> node_names;
   std::unordered_map<std::string, size_t> node_index;
@@ -276,6 +287,13 @@ size_t SchedulerLoop::commit(const sched::CycleResult& result) {
       audit_decisions.push_back(decisions[j]);
     }
     for (auto& [node, entry] : allocations) {
+      if (auto it = repartitioned.find(node); it != repartitioned.end()) {
+        Json value = to_json(it->second);
+        value["metadata"].erase("revision");
+        ops.push_back(store::Op::update(kind::kNodes, node, value.dump(), it->second.meta.revision));
+        audit_decisions.push_back({{"decision", "repartition"}, {"node", node}});
+        repartitioned.erase(it);
+      }
       std::string value = allocation_to_json(node, entry.first).dump();
       ops.push_back(entry.second == 0 ? store::Op::create(kind::kAllocations, node, std::move(value))
                                       : store::Op::update(kind::kAllocations, node, std::move(value), entry.second));
@@ -286,16 +304,18 @@ size_t SchedulerLoop::commit(const sched::CycleResult& result) {
     pending.push_back(promise->get_future());
     store_.txn_async(std::move(ops), audit.dump(), [promise](Result<store::TxnResult> r) { promise->set_value(std::move(r)); });
   }
-  for (const auto& r : result.repartitions) {
-    // The node's agent applies the layout (the agent's issue); until it reports it back, the node
-    // record carries the decided layout so the next cycle does not decide it again.
-    const std::string& node = snapshot_.nodes[r.node].meta.name;
-    Json audit = {{"time", format_rfc3339(now)}, {"actor", "scheduler"}, {"action", "scheduler.repartition"},
-                  {"target", node}, {"outcome", "ok"}, {"detail", {{"gpu", r.gpu}, {"mig_enabled", r.mig_enabled},
-                                                                   {"instances", r.instances.size()}}}};
-    store_.txn_async({}, audit.dump(), [](Result<store::TxnResult>) {});
+  for (auto& [name, node] : repartitioned) {
+    // A repartition no placement of this cycle needed (rare): on its own.
+    Json value = to_json(node);
+    value["metadata"].erase("revision");
+    Json audit = {{"time", format_rfc3339(now)}, {"actor", "scheduler"}, {"action", "scheduler.decisions"},
+                  {"target", name}, {"outcome", "ok"},
+                  {"detail", {{"decisions", Json::array({{{"decision", "repartition"}, {"node", name}}})}}}};
+    auto promise = std::make_shared<std::promise<Result<store::TxnResult>>>();
+    pending.push_back(promise->get_future());
+    store_.txn_async({store::Op::update(kind::kNodes, name, value.dump(), node.meta.revision)}, audit.dump(),
+                     [promise](Result<store::TxnResult> r) { promise->set_value(std::move(r)); });
   }
-
   size_t conflicts = 0;
   for (auto& f : pending) {
     Result<store::TxnResult> r = f.get();

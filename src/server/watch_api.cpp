@@ -44,18 +44,26 @@ ParsedRecords& parsed_records() {
   return records;
 }
 
+// What a watch may hold before its stream opens (the history it replays arrives at once): past
+// this, the watcher is told to resync instead.
+constexpr size_t kMaxEarlyBytes = 32 << 20;
+
 struct WatchState {
   std::mutex mutex;
   std::shared_ptr<net::Stream> stream;
-  std::string early;  // what arrived before the stream was open (bounded by the history replayed)
+  std::string early;  // what arrived before the stream was open
+  bool overflowed = false;
   bool closed = false;
   std::unique_ptr<store::Store::WatchHandle> handle;
 
   void send(std::string text) {
     std::lock_guard lock(mutex);
-    if (closed) return;
+    if (closed || overflowed) return;
     if (stream) {
       stream->push(std::move(text));
+    } else if (early.size() + text.size() > kMaxEarlyBytes) {
+      overflowed = true;
+      early.clear();
     } else {
       early += text;
     }
@@ -105,7 +113,15 @@ net::Response Api::watch(const Call& call, const std::string& kind, std::functio
     {
       std::lock_guard lock(state->mutex);
       state->stream = stream;
-      if (!state->early.empty()) stream->push(std::move(state->early));
+      if (state->overflowed) {
+        Json line = {{"type", "ERROR"},
+                     {"error", {{"code", "gone"}, {"message", "the history since this revision is too large to replay; "
+                                                            "list and watch from the list's revision"}}}};
+        stream->push(line.dump() + "\n");
+        stream->finish();
+      } else if (!state->early.empty()) {
+        stream->push(std::move(state->early));
+      }
       state->early.clear();
     }
     stream->on_close([state, &metrics]() {

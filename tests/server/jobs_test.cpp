@@ -179,6 +179,19 @@ TEST_F(JobsTest, LogsAreStoredOnceAndFollowedFromASequenceNumber) {
   EXPECT_NE(seen.find("epoch 3"), std::string::npos);
 }
 
+TEST_F(JobsTest, AMigRequestOnAnIdleGpuRepartitionsItInTheNodeRecordWithTheBinding) {
+  register_node("gpu-1", "h100", 1);
+  std::string id = call(*admin_, "POST", "/v1/jobs", 201, job_body("default", "h100:3g.40gb"))["metadata"]["name"];
+  ASSERT_TRUE(wait_for_phase(*admin_, id, "Scheduled"));
+  Json node = call(*admin_, "GET", "/v1/nodes/gpu-1", 200);
+  const Json& gpu = node["status"]["gpus"][0];
+  EXPECT_EQ(gpu["mig_enabled"], true);
+  ASSERT_EQ(gpu["mig_instances"].size(), 1u);
+  EXPECT_EQ(gpu["mig_instances"][0]["profile"], "3g.40gb");
+  Json job = get_job(*admin_, id);
+  EXPECT_EQ(job["status"]["placement"][0]["gpus"][0]["mig_start"], gpu["mig_instances"][0]["start"]);
+}
+
 TEST_F(JobsTest, ASilentNodeBecomesLostAndItsJobsAreRequeued) {
   server_->stop(SIGTERM);
   start_server({"--not-ready-after", "1s", "--lost-after", "2s"});
