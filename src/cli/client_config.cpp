@@ -62,7 +62,7 @@ Result<net::ClientOptions> resolve_client(const ClientFlags& flags) {
   options.token = trim(pick(flags.token, "CNLAB_TOKEN", "token"));
   options.ca_file = pick(flags.ca, "CNLAB_CA", "ca");
   if (options.url.empty()) {
-    return Error::invalid_argument("--server", "", "no server: pass --server URL, set CNLAB_SERVER, or run `cnlab login`");
+    return Error::invalid_argument("--server", "", "no server: pass --server URL, set CNLAB_SERVER, or write server, token and ca into ~/.config/cnlab/config (JSON)");
   }
   // A token may be given as a file (e.g. DIR/admin.token).
   std::error_code ec;

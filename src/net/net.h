@@ -77,6 +77,12 @@ struct ServerOptions {
   int io_threads = 2;
   int worker_threads = 64;
   size_t max_body_bytes = 8 << 20;    // larger bodies get 413 before the handler runs
+  // When set, the body limit of one request, decided from its method, path and headers (names
+  // lower-cased) once they are read, so that only some routes take large uploads; at most
+  // `max_body_bytes`. A declared length over it gets 413 before any of the body is read.
+  std::function<size_t(const std::string& method, const std::string& path,
+                       const std::map<std::string, std::string>& headers)>
+      body_limit_for;
   size_t max_header_bytes = 16 << 10; // larger header blocks get 431/400
   size_t max_connections = 10000;
   size_t max_stream_backlog_bytes = 4 << 20;

@@ -495,7 +495,8 @@ class Session final : public SessionBase {
     parser_.emplace();
     parser_->header_limit(static_cast<std::uint32_t>(
         std::min<size_t>(shared_->options.max_header_bytes, std::numeric_limits<std::uint32_t>::max())));
-    parser_->body_limit(shared_->options.max_body_bytes);
+    body_limit_ = shared_->options.max_body_bytes;
+    parser_->body_limit(body_limit_);
     lowest().expires_after(shared_->options.idle_timeout);
     http::async_read_header(stream_, buffer_, *parser_,
                             [self = self()](error_code ec, size_t) { self->on_header(ec); });
@@ -508,6 +509,26 @@ class Session final : public SessionBase {
     if (ec || parser_->is_done()) {
       on_read(ec);
       return;
+    }
+    body_limit_ = shared_->options.max_body_bytes;
+    if (shared_->options.body_limit_for) {
+      const auto& head = parser_->get();
+      std::map<std::string, std::string> headers;
+      for (const auto& field : head) {
+        std::string name(field.name_string().data(), field.name_string().size());
+        for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        headers[name] = std::string(field.value().data(), field.value().size());
+      }
+      std::string target(head.target().data(), head.target().size());
+      std::string path = target.substr(0, target.find('?'));
+      body_limit_ = std::min(body_limit_, shared_->options.body_limit_for(std::string(head.method_string()), path, headers));
+      parser_->body_limit(body_limit_);
+      auto length = parser_->content_length();
+      if (length && *length > body_limit_) {
+        respond_error(413, "too_large",
+                      "the request body is larger than the limit of " + std::to_string(body_limit_) + " bytes");
+        return;
+      }
     }
     auto expect = parser_->get()[http::field::expect];
     if (beast::iequals(expect, "100-continue")) {
@@ -538,9 +559,7 @@ class Session final : public SessionBase {
           ec == http::error::short_read) {
         hard_close();  // the client went away, timed out, or broke the connection
       } else if (ec == http::error::body_limit) {
-        respond_error(413, "too_large",
-                      "the request body is larger than the limit of " +
-                          std::to_string(shared_->options.max_body_bytes) + " bytes");
+        respond_error(413, "too_large", "the request body is larger than the limit of " + std::to_string(body_limit_) + " bytes");
       } else if (ec == http::error::header_limit || ec == http::error::buffer_overflow) {
         respond_error(431, "too_large",
                       "the request header is larger than the limit of " +
@@ -675,6 +694,7 @@ class Session final : public SessionBase {
   std::shared_ptr<Shared> shared_;
   AsyncStream stream_;
   asio::any_io_executor executor_;  // the connection's strand
+  size_t body_limit_ = 0;           // of the request being read
   const uint64_t id_;
   const bool overflow_;
   beast::flat_buffer buffer_;

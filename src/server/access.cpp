@@ -37,6 +37,7 @@ Result<Caller> authenticate(const net::Request& request, const auth::Verifier& v
   caller.user = principal->subject;
   caller.default_project = principal->project;
   caller.token_id = principal->token_id;
+  caller.token_expires_at = principal->expires_at;
   return cache.read([&](const ObjectCache& c) -> Result<Caller> {
     if (principal->issuer == own_issuer) {
       auto record = c.api_tokens.get(principal->token_id);
@@ -51,6 +52,11 @@ Result<Caller> authenticate(const net::Request& request, const auth::Verifier& v
       }
     }
     if (principal->is_node()) {
+      // Node credentials come only from join tokens, so only the server's own tokens are nodes.
+      if (principal->issuer != own_issuer) {
+        return Error::of(ErrorCode::kUnauthenticated, "token.sub", principal->subject,
+                         "node subjects are only valid in tokens this server issued");
+      }
       caller.node = principal->subject.substr(5);
       return caller;
     }

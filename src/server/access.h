@@ -16,6 +16,7 @@ struct Caller {
   std::string node;            // the node an agent credential speaks for, else empty
   std::string default_project; // from the token, may be empty
   std::string token_id;
+  Time token_expires_at{};
   auth::Bindings bindings;
 
   bool is_node() const { return !node.empty(); }

@@ -17,7 +17,7 @@ Result<Json> object_body(const std::string& text, const std::string& kind) {
 }
 
 Error admins_only(const std::string& what) {
-  return Error::of(ErrorCode::kPermissionDenied, "role", "", "only cluster admins " + what);
+  return Error::of(ErrorCode::kPermissionDenied, "", "", "only cluster admins " + what);
 }
 
 template <typename T>
@@ -219,6 +219,12 @@ net::Response Api::create_token(const Call& call) {
     Error denied = admins_only("create tokens for other users or grant roles");
     audit_refusal(call, "tokens.create", user, denied);
     return error_response(denied);
+  }
+  if (!call.caller.admin() && call.now + *ttl > call.caller.token_expires_at) {
+    // A leaked token must not be able to renew itself beyond its own life.
+    return error_response(Error::invalid_argument("ttl", format_duration(*ttl),
+                                                  "a token you mint for yourself may not outlive the one you use (it expires " +
+                                                      format_rfc3339(call.caller.token_expires_at) + ")"));
   }
   if (!role.empty()) {
     if (auto parsed = auth::parse_role(role, "role"); !parsed) return error_response(parsed.error());

@@ -139,13 +139,29 @@ Result<QuotaLedger::Admitted> QuotaLedger::admit(const std::string& id, const mo
   return admitted;
 }
 
-Status check_admissible(const model::Job& job, const ObjectCache& cache, const sched::PolicyConfig& policy, Time now) {
+Status check_admissible(const model::Job& job, const ObjectCache& cache, const sched::PolicyConfig& policy, Time now,
+                        const model::Workspace* workspace) {
   const model::JobSpec& spec = job.spec;
   if (!cache.projects.get(spec.project).object) {
     return Error::not_found("spec.project", spec.project, "no such project; an admin creates it with `cnlab admin project create`");
   }
   if (spec.command.empty()) {
     return Error::invalid_argument("spec.command", "[]", "a job needs a command to run");
+  }
+  if (spec.workspace) {
+    const std::string& digest = spec.workspace->digest;
+    if (!workspace || workspace->digest != digest) {
+      return Error::of(ErrorCode::kFailedPrecondition, "spec.workspace.digest", digest,
+                       fmt::format("no workspace with this digest was uploaded to project \"{}\"; upload it first "
+                                   "(PUT /v1/workspaces/{}?project={})",
+                                   spec.project, digest, spec.project));
+    }
+    if (workspace->size_bytes != spec.workspace->size_bytes) {
+      return Error::of(ErrorCode::kFailedPrecondition, "spec.workspace.digest", digest,
+                       fmt::format("the workspace uploaded with this digest has {} bytes, the job says {} "
+                                   "(spec.workspace.size_bytes)",
+                                   workspace->size_bytes, spec.workspace->size_bytes));
+    }
   }
   if (policy.tier_index(spec.priority_class) < 0) {
     std::string names;
@@ -206,7 +222,7 @@ Status check_admissible(const model::Job& job, const ObjectCache& cache, const s
   int64_t reachable = policy.gangs_span_nodes ? gpus_total : gpus_max_on_node;
   if (gpu.kind == model::SliceKind::kWhole && gpu.gpu_count > reachable) {
     return Error::of(ErrorCode::kFailedPrecondition, "spec.gpu", request,
-                     fmt::format("can never fit: {} {} GPUs of this model", reachable,
+                     fmt::format("can never fit: {} GPUs of this model {}", reachable,
                                  policy.gangs_span_nodes ? "exist in the cluster" : "is the most on one node"));
   }
   return Status::ok();

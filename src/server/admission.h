@@ -59,9 +59,14 @@ class QuotaLedger {
   std::map<std::pair<std::string, std::string>, Usage> usage_;  // (project, "") and (project, user)
 };
 
-// The checks that need no quota: the project exists, the command is there, the request can fit
-// this cluster at all (a model some node has, enough GPUs of it, CPU and memory a node has), and
-// the deadline can be met. `cache` is read under its lock by the caller.
-Status check_admissible(const model::Job& job, const ObjectCache& cache, const sched::PolicyConfig& policy, Time now);
+// The checks that need no quota: the project exists, the command is there, the workspace it names
+// was uploaded (with the size the job says), the request can fit this cluster at all (a model some
+// node has, enough GPUs of it, CPU and memory a node has), and the deadline can be met. `cache` is
+// read under its lock by the caller. `workspace` is the stored workspace with the digest
+// spec.workspace names, looked up by the caller before taking the cache's lock (the cache does
+// not hold workspaces), and null when there is none the submitter may use; it is not read when
+// the job names no workspace.
+Status check_admissible(const model::Job& job, const ObjectCache& cache, const sched::PolicyConfig& policy, Time now,
+                        const model::Workspace* workspace = nullptr);
 
 }  // namespace cnlab::server

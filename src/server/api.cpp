@@ -17,6 +17,13 @@ Api::Api(ApiContext context) : ctx_(std::move(context)) {
   route("PUT", "/v1/jobs/{id}/status", &Api::report_job_status);
   route("GET", "/v1/jobs/{id}/logs", &Api::get_logs);
   route("POST", "/v1/jobs/{id}/logs", &Api::post_logs);
+  route("PUT", "/v1/jobs/{id}/artifacts/{path...}", &Api::put_artifact, /*public_route=*/false, /*upload=*/true);
+  route("GET", "/v1/jobs/{id}/artifacts", &Api::list_artifacts);
+  route("GET", "/v1/jobs/{id}/artifacts/{path...}", &Api::get_artifact);
+
+  route("PUT", "/v1/workspaces/{digest}", &Api::put_workspace, /*public_route=*/false, /*upload=*/true);
+  route("HEAD", "/v1/workspaces/{digest}", &Api::head_workspace);
+  route("GET", "/v1/workspaces/{digest}", &Api::get_workspace);
 
   route("POST", "/v1/nodes", &Api::register_node, /*public_route=*/true);
   route("GET", "/v1/nodes", &Api::list_nodes);
@@ -49,9 +56,17 @@ Api::Api(ApiContext context) : ctx_(std::move(context)) {
   route("GET", "/v1/audit/verify", &Api::verify_audit);
 }
 
-void Api::route(const std::string& method, const std::string& pattern, Handler handler, bool public_route) {
+void Api::route(const std::string& method, const std::string& pattern, Handler handler, bool public_route,
+                bool upload) {
   router_.add(method, pattern);
-  handlers_.push_back({handler, public_route});
+  handlers_.push_back({handler, public_route, upload});
+}
+
+size_t Api::body_limit(const std::string& method, const std::string& path,
+                       const std::map<std::string, std::string>& headers) const {
+  Match match = router_.match(method, path);
+  bool upload = match.route && handlers_[match.route->index].upload && headers.count("authorization");
+  return upload ? std::max(ctx_.config.max_upload_bytes, ctx_.config.max_body_bytes) : ctx_.config.max_body_bytes;
 }
 
 net::Response Api::handle(const net::Request& request) {
@@ -76,12 +91,17 @@ net::Response Api::handle(const net::Request& request) {
     } else {
       route_label = match.route->method + " " + match.route->pattern;
       const Entry& entry = handlers_[match.route->index];
+      // The HTTP layer admits bodies up to the upload limit; everything else is JSON, held to less.
+      size_t body_limit = entry.upload ? ctx_.config.max_upload_bytes : ctx_.config.max_body_bytes;
       Time now = ctx_.clock();
       Caller anonymous;
-      Result<Caller> caller = entry.public_route ? Result<Caller>(anonymous)
-                                                 : authenticate(request, ctx_.verifier, ctx_.cache,
-                                                                ctx_.signing.own_issuer, now);
-      if (!caller) {
+      if (request.body.size() > body_limit) {
+        response = error_response(Error::of(ErrorCode::kTooLarge, "body", std::to_string(request.body.size()) + " bytes",
+                                            "over this endpoint's limit of " + std::to_string(body_limit) + " bytes"));
+      } else if (Result<Caller> caller = entry.public_route ? Result<Caller>(anonymous)
+                                                             : authenticate(request, ctx_.verifier, ctx_.cache,
+                                                                            ctx_.signing.own_issuer, now);
+                 !caller) {
         response = error_response(caller.error());
       } else {
         Call call{request, *caller, match.params, now};

@@ -1,6 +1,8 @@
 // The REST API under /v1: routing, authentication, and one handler per endpoint (their bodies live
 // in one file per resource: jobs_api.cpp, nodes_api.cpp, access_api.cpp, audit_api.cpp,
-// watch_api.cpp). Handlers run on the HTTP server's worker pool and may block on the store.
+// watch_api.cpp, workspaces_api.cpp, artifacts_api.cpp). Handlers run on the HTTP server's worker
+// pool and may block on the store. Request bodies are at most ServerConfig::max_body_bytes except
+// on the upload routes (workspaces, artifacts), which take up to max_upload_bytes.
 #pragma once
 
 #include <functional>
@@ -51,10 +53,16 @@ class Api {
  public:
   explicit Api(ApiContext context);
   net::Response handle(const net::Request& request);
+  // The body a request may send, decided from its head before the body is read: uploads (from a
+  // caller that sent a credential) up to the upload limit, everything else the JSON limit.
+  size_t body_limit(const std::string& method, const std::string& path,
+                    const std::map<std::string, std::string>& headers) const;
 
  private:
   using Handler = net::Response (Api::*)(const Call&);
-  void route(const std::string& method, const std::string& pattern, Handler handler, bool public_route = false);
+  // `upload`: the route takes a body of up to max_upload_bytes (others: max_body_bytes).
+  void route(const std::string& method, const std::string& pattern, Handler handler, bool public_route = false,
+             bool upload = false);
 
   // Commits `ops` with an audit record of the caller's action; the records written are applied to
   // the cache before it returns.
@@ -113,15 +121,37 @@ class Api {
   net::Response list_audit(const Call& call);
   net::Response verify_audit(const Call& call);
 
+  // workspaces_api.cpp
+  net::Response put_workspace(const Call& call);
+  net::Response head_workspace(const Call& call);
+  net::Response get_workspace(const Call& call);
+  // The stored workspace named by its hex digest; kNotFound when there is none.
+  Result<model::Workspace> stored_workspace(const std::string& hex);
+  // Whether the caller may read `workspace`: a user who sees one of the projects it was uploaded
+  // to, or a node with a job bound to it that names the workspace.
+  bool may_read_workspace(const Caller& caller, const model::Workspace& workspace) const;
+  // Whether a job of `project` submitted by `caller` may run in `workspace`: it was uploaded to
+  // that project, or the caller may read it anyway (and so could upload it there).
+  bool may_use_workspace(const Caller& caller, const std::string& project, const model::Workspace& workspace) const;
+
+  // artifacts_api.cpp
+  net::Response put_artifact(const Call& call);
+  net::Response list_artifacts(const Call& call);
+  net::Response get_artifact(const Call& call);
+
   // watch_api.cpp: `?watch=1&revision=N` on a collection. `visible` decides per object (parsed
-  // once per event however many watchers there are).
-  net::Response watch(const Call& call, const std::string& kind, std::function<bool(const Json&)> visible);
+  // once per event however many watchers there are). With `report_leaving`, an object that stops
+  // being visible (a job pre-empted off the watching node) is sent once as DELETED, as Kubernetes
+  // does for selectors; `visible_now` are the keys visible when the watch starts.
+  net::Response watch(const Call& call, const std::string& kind, std::function<bool(const Json&)> visible,
+                      bool report_leaving = false, std::vector<std::string> visible_now = {});
 
   ApiContext ctx_;
   Router router_;
   struct Entry {
     Handler handler;
     bool public_route;
+    bool upload;
   };
   std::vector<Entry> handlers_;
 };

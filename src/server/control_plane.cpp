@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "net/net.h"
@@ -62,7 +63,13 @@ class ControlPlaneImpl final : public ControlPlane {
     options.key_file = dir_.server_key();
     options.io_threads = config_.io_threads;
     options.worker_threads = config_.worker_threads;
-    options.max_body_bytes = config_.max_body_bytes;
+    // Uploads (workspaces, artifacts) must reach their handlers; every other route is held to
+    // max_body_bytes before its body is read.
+    options.max_body_bytes = std::max(config_.max_body_bytes, config_.max_upload_bytes);
+    options.body_limit_for = [this](const std::string& method, const std::string& path,
+                                    const std::map<std::string, std::string>& headers) {
+      return api_->body_limit(method, path, headers);
+    };
     auto server = net::Server::start(options, [this](const net::Request& r) { return api_->handle(r); });
     if (!server) return server.error();
     server_ = std::move(*server);
@@ -97,29 +104,25 @@ class ControlPlaneImpl final : public ControlPlane {
         jobs[{std::string(to_string(job.status.phase)), job.spec.priority_class}] += 1;
       });
       for (const auto& [key, count] : jobs) metrics_.jobs.set({{"phase", key.first}, {"class", key.second}}, count);
-      std::map<std::string, double> allocated, total, nodes;
-      std::map<std::string, std::map<int, std::string>> gpu_model;  // node -> gpu index -> model
+      // Allocated: held by jobs anywhere. Free: on schedulable nodes' healthy GPUs, not held.
+      std::map<std::string, double> allocated, free, nodes;
       c.nodes.for_each([&](const std::string& name, const model::Node& node, int64_t) {
         nodes[std::string(to_string(node.phase))] += 1;
+        std::map<int, double> held;
+        if (auto a = c.allocations.get(name); a.object) {
+          for (const auto& [job, gpus] : a.object->jobs) {
+            for (const auto& g : gpus) held[g.index] += g.blocks;
+          }
+        }
         for (const auto& g : node.gpus) {
           std::string m(model::gpu_model(g.model).name);
-          gpu_model[name][g.index] = m;
-          if (node.schedulable() && g.healthy) total[m] += model::kBlocksPerGpu;
-          allocated[m] += 0;
-        }
-      });
-      c.allocations.for_each([&](const std::string& node, const Allocation& a, int64_t) {
-        for (const auto& [job, gpus] : a.jobs) {
-          for (const auto& g : gpus) {
-            auto& models = gpu_model[node];
-            auto it = models.find(g.index);
-            if (it != models.end()) allocated[it->second] += g.blocks;
-          }
+          allocated[m] += held[g.index];
+          free[m] += node.schedulable() && g.healthy ? std::max(0.0, model::kBlocksPerGpu - held[g.index]) : 0.0;
         }
       });
       for (const auto& [m, blocks] : allocated) {
         metrics_.blocks_allocated.set({{"model", m}}, blocks);
-        metrics_.blocks_free.set({{"model", m}}, std::max(0.0, total[m] - blocks));
+        metrics_.blocks_free.set({{"model", m}}, free[m]);
       }
       for (const auto& [phase, count] : nodes) metrics_.nodes.set({{"phase", phase}}, count);
       return 0;

@@ -87,7 +87,8 @@ net::Response Api::submit_job(const Call& call) {
     spec["project"] = caller.default_project;
   }
   if (spec.contains("user") && spec["user"] != caller.user) {
-    return error_response(Error::invalid_argument("spec.user", spec["user"].dump(), "a job runs as the user who submits it"));
+    std::string given = spec["user"].is_string() ? spec["user"].get<std::string>() : spec["user"].dump();
+    return error_response(Error::invalid_argument("spec.user", given, "a job runs as the user who submits it"));
   }
   spec["user"] = caller.user;
   auto decoded = model::job_from_json(body);
@@ -131,13 +132,20 @@ net::Response Api::submit_job(const Call& call) {
   };
   if (auto replayed = replay()) return *replayed;
 
-  // Admission: what can never run here, then quotas.
+  // Admission: what can never run here, then quotas. The workspace is read from the store first,
+  // outside the cache's lock.
+  std::optional<model::Workspace> workspace;
+  if (job.spec.workspace) {
+    auto stored = stored_workspace(model::workspace_name(job.spec.workspace->digest));
+    if (!stored && stored.error().code != ErrorCode::kNotFound) return error_response(stored.error());
+    if (stored && may_use_workspace(caller, job.spec.project, *stored)) workspace = std::move(*stored);
+  }
   std::vector<model::Quota> quotas;
   Status admissible = ctx_.cache.read([&](const ObjectCache& c) {
     c.quotas.for_each([&](const std::string&, const model::Quota& q, int64_t) {
       if (q.project == job.spec.project) quotas.push_back(q);
     });
-    return check_admissible(job, c, ctx_.config.policy, call.now);
+    return check_admissible(job, c, ctx_.config.policy, call.now, workspace ? &*workspace : nullptr);
   });
   auto refuse = [&](const Error& error, const std::string& reason) {
     ctx_.metrics.admission_rejections.inc({{"reason", reason}});
@@ -148,6 +156,7 @@ net::Response Api::submit_job(const Call& call) {
     const Error& e = admissible.error();
     std::string reason = e.code == ErrorCode::kNotFound ? "unknown_project"
                          : e.field == "spec.deadline"  ? "deadline"
+                         : e.field == "spec.workspace.digest" ? "workspace"
                          : e.code == ErrorCode::kInvalidArgument ? "invalid"
                                                                  : "never_fits";
     return refuse(e, reason);
@@ -199,6 +208,22 @@ net::Response Api::list_jobs(const Call& call) {
   if (!project.empty() && !call.caller.is_node() && !call.caller.sees(project)) {
     return error_response(Error::not_found("project", project, "no such project"));
   }
+  // A caller who sees only some projects pages through one project at a time: a page cut from
+  // everyone's jobs would end on (and its continue token name) a job they may not see.
+  if (project.empty() && !call.caller.is_node() && !call.caller.admin()) {
+    std::vector<std::string> seen;
+    for (const auto& [p, role] : call.caller.bindings.by_project) {
+      if (p != "*") seen.push_back(p);
+    }
+    if (seen.size() == 1) {
+      project = seen.front();
+    } else if (!req.query_value("limit").empty() || !req.query_value("continue").empty()) {
+      return error_response(Error::invalid_argument("project", "", "paging (limit, continue) needs ?project= when you see more than one project"));
+    }
+  }
+  if (call.caller.is_node() && (!req.query_value("limit").empty() || !req.query_value("continue").empty())) {
+    return error_response(Error::invalid_argument("limit", req.query_value("limit"), "a node lists its jobs whole"));
+  }
   std::string fields = req.query_value("fieldSelector");
   if (!project.empty()) fields += (fields.empty() ? "" : ",") + std::string("spec.project=") + project;
   if (!req.query_value("phase").empty()) fields += (fields.empty() ? "" : ",") + std::string("status.phase=") + req.query_value("phase");
@@ -216,7 +241,18 @@ net::Response Api::list_jobs(const Call& call) {
   };
   if (req.query_value("watch") == "1" || req.query_value("watch") == "true") {
     auto sel = *selector;
-    return watch(call, kind::kJobs, [sel, visible](const Json& job) { return sel.matches(job) && visible(job); });
+    std::vector<std::string> now_on_node;
+    if (!node.empty()) {
+      ctx_.cache.read([&](const ObjectCache& c) {
+        c.jobs.for_each([&](const std::string& id, const model::Job& job, int64_t) {
+          if (bound_to(job, node)) now_on_node.push_back(id);
+        });
+        return 0;
+      });
+    }
+    // A node's agent must hear when a job leaves it (pre-empted, requeued off a lost node).
+    return watch(call, kind::kJobs, [sel, visible](const Json& job) { return sel.matches(job) && visible(job); },
+                 !node.empty(), std::move(now_on_node));
   }
   store::ListOptions options;
   options.selector = *selector;
@@ -319,7 +355,7 @@ net::Response Api::report_job_status(const Call& call) {
   r.only({"phase", "exit_code", "signal", "message", "checkpoint_at"});
   std::string phase = r.string("phase");
   int64_t exit_code = r.integer_or("exit_code", -1, -1, 255);
-  int64_t signal = r.integer_or("signal", 0, 0, 128);
+  int64_t signal = r.integer_or("signal", 0, 0, 127);
   std::string message = r.string_or("message", "");
   auto checkpoint_at = r.time("checkpoint_at");
   if (!r.status()) return error_response(r.status().error());
@@ -346,6 +382,7 @@ net::Response Api::report_job_status(const Call& call) {
         if (to->second == model::JobPhase::kRunning) {
           if (job.status.phase == model::JobPhase::kRunning) return checkpoint_at.has_value();
           job.status.phase = model::JobPhase::kRunning;
+          job.status.started_at = call.now;  // the bind time until now; run time counts from here
           job.status.attempts += 1;
           job.status.events.push_back(event(model::JobEventType::kStarted, call.now, "started on " + call.caller.node));
           start_latency = static_cast<double>((call.now - job.status.submitted_at).count());

@@ -1,5 +1,6 @@
 // Maps a method and a path pattern ("/v1/jobs/{id}/cancel") to a handler. Segments in braces bind
-// path parameters; a path that matches a pattern under another method gets 405.
+// path parameters; a last segment "{name...}" binds the rest of the path (one or more segments);
+// a path that matches a pattern under another method gets 405.
 #pragma once
 
 #include <functional>
@@ -16,10 +17,14 @@ struct Route {
   std::string method;
   std::string pattern;  // also the metrics label: bounded, unlike raw paths
   std::vector<std::string> segments;
+  std::string rest;  // the parameter a trailing "{name...}" binds, else empty; not in `segments`
 };
 
 struct Match {
   const Route* route = nullptr;
+  // A trailing "{name...}" parameter is the path after the fixed segments' slash, exactly as
+  // decoded: its segments joined with '/', with any empty, "." or ".." segment kept for the
+  // handler to refuse ("/v1/x//etc/passwd" binds "/etc/passwd").
   std::map<std::string, std::string> params;
   bool method_mismatch = false;  // the path exists under another method
 };

@@ -59,6 +59,12 @@ void add_server_commands(CLI::App& app) {
   server->add_option("--not-ready-after", *not_ready, "A silent node becomes NotReady after this")->capture_default_str();
   server->add_option("--lost-after", *lost, "A silent node becomes Lost (its jobs requeued) after this")->capture_default_str();
   server->add_option("--workers", config->worker_threads, "Request worker threads")->capture_default_str();
+  server->add_option("--max-upload-bytes", config->max_upload_bytes,
+                     "The largest workspace archive or artifact one request may upload")
+      ->capture_default_str();
+  server->add_option("--max-artifact-bytes-per-job", config->max_artifact_bytes_per_job,
+                     "The most bytes of artifacts one job may keep")
+      ->capture_default_str();
   server->add_option("--history-revisions", config->history_revisions,
                      "Changes kept for watches from a past revision (older ones get 410)")
       ->capture_default_str();

@@ -3,6 +3,8 @@
 // gets 410 with "resync from revision N" before the stream starts (the client lists and watches
 // again); a client that reads too slowly is cut off by the stream's backlog bound.
 #include <deque>
+#include <unordered_set>
+#include <map>
 #include <unordered_map>
 
 #include "server/api.h"
@@ -39,6 +41,46 @@ class ParsedRecords {
   std::deque<std::string> order_;
 };
 
+// Open watch streams per caller and in all: a client that opens streams without end gets 429
+// instead of exhausting the server. A slot is held for as long as its stream (or the response that
+// would start it) exists.
+class StreamSlots {
+ public:
+  static constexpr int kPerCaller = 1000;
+  static constexpr int kTotal = 20000;
+
+  struct Slot {
+    StreamSlots* owner;
+    std::string caller;
+    ~Slot() { owner->release(caller); }
+  };
+  // Null when the caller, or the server, has no slot left.
+  std::shared_ptr<Slot> acquire(const std::string& caller) {
+    std::lock_guard lock(mutex_);
+    int& mine = open_[caller];
+    if (mine >= kPerCaller || total_ >= kTotal) return nullptr;
+    ++mine;
+    ++total_;
+    return std::shared_ptr<Slot>(new Slot{this, caller});  // not make_shared(Slot{...}): that temporary would release
+  }
+
+ private:
+  void release(const std::string& caller) {
+    std::lock_guard lock(mutex_);
+    if (--open_[caller] == 0) open_.erase(caller);
+    --total_;
+  }
+
+  std::mutex mutex_;
+  std::map<std::string, int> open_;
+  int total_ = 0;
+};
+
+StreamSlots& stream_slots() {
+  static StreamSlots slots;
+  return slots;
+}
+
 ParsedRecords& parsed_records() {
   static ParsedRecords records;
   return records;
@@ -72,7 +114,8 @@ struct WatchState {
 
 }  // namespace
 
-net::Response Api::watch(const Call& call, const std::string& kind, std::function<bool(const Json&)> visible) {
+net::Response Api::watch(const Call& call, const std::string& kind, std::function<bool(const Json&)> visible,
+                         bool report_leaving, std::vector<std::string> visible_now) {
   std::string text = call.request.query_value("revision");
   int64_t revision = 0;
   if (!text.empty()) {
@@ -80,14 +123,34 @@ net::Response Api::watch(const Call& call, const std::string& kind, std::functio
     revision = std::strtoll(text.c_str(), &end, 10);
     if (*end != '\0' || revision < 0) return error_response(Error::invalid_argument("revision", text, "expected a revision >= 0"));
   }
+  auto slot = stream_slots().acquire(call.caller.user);
+  if (!slot) {
+    return error_response(Error::of(ErrorCode::kResourceExhausted, "watch", call.caller.user,
+                                    "too many open streams (at most " + std::to_string(StreamSlots::kPerCaller) +
+                                        " per caller); close some first"));
+  }
   auto state = std::make_shared<WatchState>();
   store::Store::WatchCallbacks callbacks;
-  callbacks.on_events = [state, visible](const std::vector<store::Event>& events) {
+  // Touched only on the store's notifier thread, which delivers this watcher's events one batch
+  // at a time.
+  auto matching = std::make_shared<std::unordered_set<std::string>>(visible_now.begin(), visible_now.end());
+  callbacks.on_events = [state, visible, report_leaving, matching](const std::vector<store::Event>& events) {
     std::string out;
     for (const auto& event : events) {
       auto object = parsed_records().get(event.record);
-      if (!object->is_object() || !visible(*object)) continue;
-      const char* type = event.type == store::EventType::kDelete ? "DELETED" : event.created ? "ADDED" : "MODIFIED";
+      if (!object->is_object()) continue;
+      bool deleted = event.type == store::EventType::kDelete;
+      const char* type = deleted ? "DELETED" : event.created ? "ADDED" : "MODIFIED";
+      if (!visible(*object)) {
+        if (!report_leaving || matching->erase(event.record.key) == 0) continue;
+        type = "DELETED";  // it left this watch's view
+      } else if (report_leaving) {
+        if (deleted) {
+          matching->erase(event.record.key);
+        } else {
+          matching->insert(event.record.key);
+        }
+      }
       out += Json{{"type", type}, {"object", *object}}.dump(-1, ' ', false, Json::error_handler_t::replace);
       out += '\n';
     }
@@ -108,7 +171,7 @@ net::Response Api::watch(const Call& call, const std::string& kind, std::functio
   Metrics& metrics = ctx_.metrics;
   net::Response response;
   response.content_type = "application/x-ndjson";
-  response.start_stream = [state, &metrics](std::shared_ptr<net::Stream> stream) {
+  response.start_stream = [state, &metrics, slot](std::shared_ptr<net::Stream> stream) {
     metrics.watchers.inc({}, 1);
     {
       std::lock_guard lock(state->mutex);
@@ -124,7 +187,7 @@ net::Response Api::watch(const Call& call, const std::string& kind, std::functio
       }
       state->early.clear();
     }
-    stream->on_close([state, &metrics]() {
+    stream->on_close([state, &metrics, slot]() {
       std::unique_ptr<store::Store::WatchHandle> handle;
       {
         std::lock_guard lock(state->mutex);

@@ -93,6 +93,38 @@ TEST_F(AccessTest, ViewersReadButDoNotSubmitMembersCancelOnlyTheirOwn) {
   EXPECT_EQ(petra->request("POST", "/v1/jobs/" + id + "/cancel", "{}")->status, 200);
 }
 
+TEST_F(AccessTest, PagingThroughJobsNeverEndsOnAnotherProjectsJob) {
+  register_node("gpu-1", "h100", 8);
+  create_project("vision");
+  create_project("nlp");
+  auto bob = server_->client(token_for("bob", "nlp", "member"));
+  for (int i = 0; i < 3; ++i) call(*admin_, "POST", "/v1/jobs", 201, job_body("vision", "h100-1"));
+  for (int i = 0; i < 3; ++i) call(*bob, "POST", "/v1/jobs", 201, job_body("nlp", "h100-1"));
+  // One project: paged inside it; every page and token speak only of nlp's jobs.
+  std::string target = "/v1/jobs?limit=1";
+  size_t pages = 0;
+  while (true) {
+    Json page = call(*bob, "GET", target, 200);
+    for (const auto& job : page["items"]) EXPECT_EQ(job["spec"]["project"], "nlp");
+    ++pages;
+    if (!page.contains("continue")) break;
+    target = "/v1/jobs?limit=1&continue=" + page["continue"].get<std::string>();
+  }
+  EXPECT_GE(pages, 3u);
+  // Two projects: paging needs one named.
+  call(*admin_, "POST", "/v1/rolebindings", 201, {{"spec", {{"user", "bob"}, {"project", "default"}, {"role", "viewer"}}}});
+  EXPECT_EQ(bob->request("GET", "/v1/jobs?limit=1")->status, 400);
+  EXPECT_EQ(bob->request("GET", "/v1/jobs?limit=1&project=nlp")->status, 200);
+}
+
+TEST_F(AccessTest, ATokenCannotMintItselfALongerLife) {
+  create_project("vision");
+  auto alice = server_->client(token_for("alice", "vision", "member"));  // valid for 1h
+  EXPECT_EQ(alice->request("POST", "/v1/tokens", R"({"user":"alice","ttl":"30d"})")->status, 400);
+  EXPECT_EQ(alice->request("POST", "/v1/tokens", R"({"user":"alice","ttl":"10m"})")->status, 201);
+  EXPECT_EQ(alice->request("POST", "/v1/tokens", R"({"user":"bob","ttl":"10m"})")->status, 403);
+}
+
 TEST_F(AccessTest, OnlyAdminsCreateProjectsJoinTokensAndQuotas) {
   create_project("vision");
   auto petra = server_->client(token_for("petra", "vision", "project-admin"));

@@ -195,12 +195,24 @@ TEST_F(JobsTest, AMigRequestOnAnIdleGpuRepartitionsItInTheNodeRecordWithTheBindi
 TEST_F(JobsTest, ASilentNodeBecomesLostAndItsJobsAreRequeued) {
   server_->stop(SIGTERM);
   start_server({"--not-ready-after", "1s", "--lost-after", "2s"});
-  register_node("gpu-1", "h100", 8);
+  std::string credential = register_node("gpu-1", "h100", 8);
   std::string id = call(*admin_, "POST", "/v1/jobs", 201, job_body("default", "h100-25"))["metadata"]["name"];
   ASSERT_TRUE(wait_for_phase(*admin_, id, "Scheduled"));
+  // The node's agent watches its jobs; the requeue takes the job off the node: it hears DELETED.
+  auto agent = server_->client(credential);
+  int64_t revision = call(*agent, "GET", "/v1/jobs", 200)["revision"];
+  std::string seen;
+  std::thread watcher([&] {
+    (void)agent->stream("GET", "/v1/jobs?watch=1&revision=" + std::to_string(revision), [&](std::string_view chunk) {
+      seen += chunk;
+      return seen.find("\"DELETED\"") == std::string::npos;
+    });
+  });
   ASSERT_TRUE(eventually([&] { return call(*admin_, "GET", "/v1/nodes/gpu-1", 200)["status"]["phase"] == "Lost"; },
                          std::chrono::seconds(15)));
   ASSERT_TRUE(wait_for_phase(*admin_, id, "Pending"));
+  watcher.join();
+  EXPECT_NE(seen.find(id), std::string::npos);
   Json job = get_job(*admin_, id);
   EXPECT_THAT(job["status"]["events"].back()["reason"].get<std::string>(), HasSubstr("lost"));
 }

@@ -1,0 +1,58 @@
+// Files the API stores whole under a directory of the data directory (workspace archives by digest,
+// a job's artifacts by path): checks of client-given paths, atomic writes that hash what they
+// write, reads and listings. Nothing here follows a symbolic link below the directory it is given
+// (every component is opened with O_NOFOLLOW, one at a time), so a path can never resolve outside
+// it. Temporary files go to `root/.incoming`, which no stored name can reach (callers store under
+// names that do not start with '.').
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+
+namespace cnlab::server {
+
+inline constexpr size_t kMaxRelativePathBytes = 4096;
+inline constexpr size_t kMaxRelativePathSegments = 32;
+
+// Checks a relative file path a client gave ("out/model.pt"): 1..4096 bytes, at most 32 segments,
+// not absolute, no empty, "." or ".." segment, no NUL, no backslash. Errors are kInvalidArgument
+// naming `field` and saying which rule the path breaks.
+Status check_relative_path(std::string_view path, std::string_view field);
+
+struct BlobInfo {
+  std::string path;        // relative to the directory listed (or as written)
+  int64_t size_bytes = 0;
+  std::string sha256;      // 64 lowercase hex digits; empty where not asked for
+};
+
+// SHA-256 of `data` as 64 lowercase hex digits (OpenSSL EVP, fed in pieces as write_blob does).
+std::string sha256_hex_of(std::string_view data);
+
+// Writes `data` as `root/relative`, creating the missing directories on the way (mode 0750): a
+// temporary file in `root/.incoming` hashed while it is written, synced, then renamed into place
+// (replacing a file there) and the directory synced. `accept`, when given, sees the size and hash
+// before the rename; an error from it removes the temporary file and is returned as it is.
+// `relative` must have no empty, "." or ".." segment. kConflict naming "path" when a component on
+// the way is a file, the target a directory, or either a symbolic link.
+Result<BlobInfo> write_blob(const std::string& root, const std::string& relative, std::string_view data,
+                            const std::function<Status(const BlobInfo&)>& accept = {});
+
+// The regular file `root/relative`, whole. kNotFound naming "path" when there is none (a
+// directory or a symbolic link is none).
+Result<std::string> read_blob(const std::string& root, const std::string& relative);
+
+// Whether the regular file `root/relative` exists, and its size (-1 when it does not).
+int64_t blob_size(const std::string& root, const std::string& relative);
+
+// Every regular file under `root/relative_dir`, paths relative to it, in path order; symbolic
+// links and other files are skipped. With `hashes`, each file's SHA-256: the one stored with the
+// file when it was written (an extended attribute, where the file system keeps them), else read
+// and computed. A directory that does not exist lists as empty.
+Result<std::vector<BlobInfo>> list_blobs(const std::string& root, const std::string& relative_dir, bool hashes);
+
+}  // namespace cnlab::server
