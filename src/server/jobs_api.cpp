@@ -184,7 +184,19 @@ net::Response Api::submit_job(const Call& call) {
   }
   Json detail = {{"gpu", to_string(job.spec.gpu)}, {"class", job.spec.priority_class}};
   if (admitted->borrowing) detail["borrowing"] = true;
-  auto committed = commit(call, std::move(ops), "jobs.create", job.spec.project + "/" + id, std::move(detail));
+  auto committed = commit(call, ops, "jobs.create", job.spec.project + "/" + id, detail);
+  // Ids carry 32 random bits: in a store of many jobs a new one can meet an old one. Draw again.
+  for (int draw = 0; draw < 4 && !committed && committed.error().code == ErrorCode::kAlreadyExists &&
+                     committed.error().field == kind::kJobs;
+       ++draw) {
+    ctx_.quotas.release(id);
+    id = requested + "-" + auth::random_hex(4);
+    job.meta.name = id;
+    if (auto again = ctx_.quotas.admit(id, job, quotas, call.now); !again) return refuse(again.error(), "quota");
+    ops[0] = store::Op::create(kind::kJobs, id, to_json(job).dump());
+    if (ops.size() > 1) ops[1].value = Json{{"job", id}, {"request", request_digest}, {"time", format_rfc3339(call.now)}}.dump();
+    committed = commit(call, ops, "jobs.create", job.spec.project + "/" + id, detail);
+  }
   if (!committed) {
     ctx_.quotas.release(id);
     if (committed.error().code == ErrorCode::kAlreadyExists && !idem_key.empty()) {
@@ -232,8 +244,16 @@ net::Response Api::list_jobs(const Call& call) {
   const Caller& caller = call.caller;
   auto visible = [caller, node](const Json& job) {
     if (!node.empty()) {
+      // Runs once per watcher and event: compare in place, copy nothing.
       bool here = false;
-      for (const auto& b : job["status"].value("placement", Json::array())) here = here || b.value("node", "") == node;
+      const Json& status = job["status"];
+      auto placement = status.find("placement");
+      if (placement != status.end() && placement->is_array()) {
+        for (const auto& b : *placement) {
+          auto name = b.find("node");
+          here = here || (name != b.end() && name->is_string() && name->get_ref<const std::string&>() == node);
+        }
+      }
       if (!here) return false;
     }
     if (caller.is_node()) return true;

@@ -166,10 +166,15 @@ CycleReport SchedulerLoop::run_once() {
   metrics_.cycle_seconds.observe({}, report.cycle_seconds);
 
   {
-    std::lock_guard lock(reasons_mutex_);
-    reasons_.clear();
-    for (const auto& w : result.waiting) reasons_[snapshot_.jobs[w.job].meta.name] = result.reasons[w.reason];
-  }
+    // Built aside and swapped in: readers (the API serving a pending job) never wait for it.
+    std::unordered_map<std::string, std::string> reasons;
+    reasons.reserve(result.waiting.size());
+    for (const auto& w : result.waiting) reasons.emplace(snapshot_.jobs[w.job].meta.name, result.reasons[w.reason]);
+    {
+      std::lock_guard lock(reasons_mutex_);
+      reasons_.swap(reasons);
+    }
+  }  // the old table is freed here, outside the lock
   auto commit_started = std::chrono::steady_clock::now();
   report.placed = result.placements.size();
   report.preempted = result.preemptions.size();
@@ -362,14 +367,19 @@ void SchedulerLoop::loop() {
       wake_cv_.wait_for(lock, config_.schedule_period, [this] { return woken_ || stopping_; });
       if (stopping_) return;
       if (woken_) {
-        // Debounce: let a burst of changes land, then schedule them in one cycle.
-        wake_cv_.wait_for(lock, config_.schedule_debounce, [this] { return stopping_; });
+        // Debounce: let a burst of changes land, then schedule them in one cycle. Under sustained
+        // change wait at least as long as the last cycle took, so the loop takes at most about
+        // half a core however long the queue grows.
+        auto wait = std::max<std::chrono::steady_clock::duration>(config_.schedule_debounce, last_cycle_);
+        wake_cv_.wait_for(lock, wait, [this] { return stopping_; });
         if (stopping_) return;
       }
       woken_ = false;
     }
     try {
+      auto started = std::chrono::steady_clock::now();
       run_once();
+      last_cycle_ = std::chrono::steady_clock::now() - started;
     } catch (const std::exception& e) {
       spdlog::error("scheduling cycle failed error=\"{}\"", e.what());
     }

@@ -91,6 +91,7 @@ class SchedulerLoop {
   bool woken_ = false;
   bool stopping_ = false;
   std::thread thread_;
+  std::chrono::steady_clock::duration last_cycle_{};
 };
 
 }  // namespace cnlab::server
