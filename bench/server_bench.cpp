@@ -94,7 +94,8 @@ int submit_throughput(const SubmitOptions& o) {
   if (!admin || !anonymous) return fail(mode, admin ? anonymous.error() : admin.error());
   auto token = join_token(**admin);
   if (!token) return fail(mode, token.error());
-  if (auto r = register_node(**anonymous, *token, node_object("bench-node-0", "h100", o.gpus)); !r) return fail(mode, r.error());
+  if (auto r = register_node(**anonymous, *token, node_object("bench-node-0", "h100", o.gpus)); !r)
+    return fail(mode, r.error());
 
   std::vector<std::unique_ptr<net::Client>> clients;
   for (int i = 0; i < o.clients; ++i) {
@@ -132,7 +133,8 @@ int submit_throughput(const SubmitOptions& o) {
         }
         if (response->status != 201) {
           ++r.refused;
-          if (r.first_error.empty()) r.first_error = std::to_string(response->status) + ": " + response->body.substr(0, 200);
+          if (r.first_error.empty())
+            r.first_error = std::to_string(response->status) + ": " + response->body.substr(0, 200);
           continue;
         }
         if (counted) {
@@ -178,19 +180,24 @@ int submit_throughput(const SubmitOptions& o) {
   (*server)->stop();
 
   std::printf("\n== 1. durable submissions through the REST API (TLS, keep-alive) ==\n");
-  std::printf("%d clients, each its own connection, POST /v1/jobs (h100-1) back to back for %.0f s after %.0f s warm-up;\n"
-              "one node of %d h100; clients and server share this machine's cores\n",
-              o.clients, o.seconds, o.warmup, o.gpus);
-  std::printf("| jobs accepted | jobs/s | p50 ms | p99 ms | max ms | refused | failed | server CPU | bench CPU | irq+softirq | other processes |\n");
+  std::printf(
+      "%d clients, each its own connection, POST /v1/jobs (h100-1) back to back for %.0f s after %.0f s warm-up;\n"
+      "one node of %d h100; clients and server share this machine's cores\n",
+      o.clients, o.seconds, o.warmup, o.gpus);
+  std::printf(
+      "| jobs accepted | jobs/s | p50 ms | p99 ms | max ms | refused | failed | server CPU | bench CPU | irq+softirq | "
+      "other processes |\n");
   std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   std::printf("| %zu | %.0f | %.1f | %.1f | %.1f | %zu | %zu | %.0f%% | %.0f%% | %.0f%% | %.0f%% |\n", accepted,
               static_cast<double>(accepted) / o.seconds, ms(p.p50), ms(p.p99), ms(p.max), refused, failed,
               100 * server_cpu / o.seconds, 100 * own_cpu / o.seconds, 100 * irq / o.seconds, 100 * others / o.seconds);
   std::printf("(CPU as %% of one core; the machine has %u)\n", std::thread::hardware_concurrency());
-  std::printf("server side (its metrics, whole run): handler mean %.2f ms (%.0f requests), store commit mean %.2f ms "
-              "(queue + group commit + fsync), %.0f scheduling cycles, mean %.1f ms (%.1f s in all); server RSS at end %.0f MiB\n",
-              handler_n > 0 ? ms(handler_sum / handler_n) : 0.0, handler_n, commit_n > 0 ? ms(commit_sum / commit_n) : 0.0,
-              cycle_n, cycle_n > 0 ? ms(cycle_sum / cycle_n) : 0.0, cycle_sum, static_cast<double>(rss) / 1024);
+  std::printf(
+      "server side (its metrics, whole run): handler mean %.2f ms (%.0f requests), store commit mean %.2f ms "
+      "(queue + group commit + fsync), %.0f scheduling cycles, mean %.1f ms (%.1f s in all); server RSS at end %.0f "
+      "MiB\n",
+      handler_n > 0 ? ms(handler_sum / handler_n) : 0.0, handler_n, commit_n > 0 ? ms(commit_sum / commit_n) : 0.0,
+      cycle_n, cycle_n > 0 ? ms(cycle_sum / cycle_n) : 0.0, cycle_sum, static_cast<double>(rss) / 1024);
   std::printf("CPU per accepted job: server %.0f us, bench clients %.0f us\n",
               accepted ? 1e6 * server_cpu / static_cast<double>(accepted) : 0.0,
               accepted ? 1e6 * own_cpu / static_cast<double>(accepted) : 0.0);
@@ -234,26 +241,27 @@ int submit_to_bound(const BoundOptions& o) {
   std::thread watcher([&] {
     std::string partial;
     // Ends when the server stops, after the last job.
-    (void)(*watch_client)->stream("GET", fmt::format("/v1/jobs?watch=1&revision={}&node={}", revision, node),
-                            [&](std::string_view chunk) {
-                              int64_t received = now_ns();
-                              partial.append(chunk);
-                              size_t start = 0, end;
-                              while ((end = partial.find('\n', start)) != std::string::npos) {
-                                std::string_view line(partial.data() + start, end - start);
-                                if (line.find("\"phase\":\"Scheduled\"") != std::string_view::npos) {
-                                  Json event = Json::parse(line, nullptr, false);
-                                  if (!event.is_discarded()) {
-                                    std::lock_guard lock(mu);
-                                    bound_at[event["object"]["metadata"]["name"].get<std::string>()] = received;
-                                  }
-                                  cv.notify_all();
-                                }
-                                start = end + 1;
-                              }
-                              partial.erase(0, start);
-                              return true;
-                            });
+    (void)(*watch_client)
+        ->stream("GET", fmt::format("/v1/jobs?watch=1&revision={}&node={}", revision, node),
+                 [&](std::string_view chunk) {
+                   int64_t received = now_ns();
+                   partial.append(chunk);
+                   size_t start = 0, end;
+                   while ((end = partial.find('\n', start)) != std::string::npos) {
+                     std::string_view line(partial.data() + start, end - start);
+                     if (line.find("\"phase\":\"Scheduled\"") != std::string_view::npos) {
+                       Json event = Json::parse(line, nullptr, false);
+                       if (!event.is_discarded()) {
+                         std::lock_guard lock(mu);
+                         bound_at[event["object"]["metadata"]["name"].get<std::string>()] = received;
+                       }
+                       cv.notify_all();
+                     }
+                     start = end + 1;
+                   }
+                   partial.erase(0, start);
+                   return true;
+                 });
   });
   // The watch must be open before the first job.
   for (int i = 0; i < 500; ++i) {
@@ -306,15 +314,19 @@ int submit_to_bound(const BoundOptions& o) {
 
   Percentiles b = percentiles(to_bound), a = percentiles(to_ack);
   std::printf("\n== 2. submit to bound on an idle cluster ==\n");
-  std::printf("one node of 8 h100, nothing queued; %d jobs (h100-1) one at a time, %d ms apart; 'bound' is when the\n"
-              "node-filtered watch (the agent's view) delivers the job's Scheduled event; each job is then reported\n"
-              "Running and Succeeded by the node's credential\n",
-              o.jobs, o.gap_ms);
+  std::printf(
+      "one node of 8 h100, nothing queued; %d jobs (h100-1) one at a time, %d ms apart; 'bound' is when the\n"
+      "node-filtered watch (the agent's view) delivers the job's Scheduled event; each job is then reported\n"
+      "Running and Succeeded by the node's credential\n",
+      o.jobs, o.gap_ms);
   std::printf("| latency | n | p50 ms | p90 ms | p99 ms | max ms |\n|---|---:|---:|---:|---:|---:|\n");
-  std::printf("| submit to bound (watch) | %zu | %.1f | %.1f | %.1f | %.1f |\n", b.n, ms(b.p50), ms(b.p90), ms(b.p99), ms(b.max));
+  std::printf("| submit to bound (watch) | %zu | %.1f | %.1f | %.1f | %.1f |\n", b.n, ms(b.p50), ms(b.p90), ms(b.p99),
+              ms(b.max));
   std::printf("| submit to 201 | %zu | %.1f | %.1f | %.1f | %.1f |\n", a.n, ms(a.p50), ms(a.p90), ms(a.p99), ms(a.max));
-  std::printf("server side: %.0f cycles, mean %.2f ms (the loop waits a 10 ms debounce before each); API commits mean %.2f ms\n",
-              cycle_n, cycle_n > 0 ? ms(cycle_sum / cycle_n) : 0.0, commit_n > 0 ? ms(commit_sum / commit_n) : 0.0);
+  std::printf(
+      "server side: %.0f cycles, mean %.2f ms (the loop waits a 10 ms debounce before each); API commits mean %.2f "
+      "ms\n",
+      cycle_n, cycle_n > 0 ? ms(cycle_sum / cycle_n) : 0.0, commit_n > 0 ? ms(commit_sum / commit_n) : 0.0);
   if (timeouts) std::printf("%d jobs not seen bound within 10 s\n", timeouts);
   if (!first_error.empty()) std::printf("first error: %s\n", first_error.c_str());
   std::fflush(stdout);
@@ -393,7 +405,8 @@ int watch_fanout(const FanoutOptions& o) {
   auto setup_started = Clock::now();
   TempDir dir("cnlab_server_bench");
   // Nodes never heartbeat here: keep them Ready for the run.
-  auto server = ServerProcess::start(dir.path() + "/data", with_server_args({"--not-ready-after", "30m", "--lost-after", "60m"}));
+  auto server =
+      ServerProcess::start(dir.path() + "/data", with_server_args({"--not-ready-after", "30m", "--lost-after", "60m"}));
   if (!server) return fail(mode, server.error());
   ServerProcess& s = **server;
   auto admin = s.client(s.admin_token());
@@ -419,8 +432,9 @@ int watch_fanout(const FanoutOptions& o) {
         auto anonymous = s.client("");
         for (int n = t; n < o.nodes; n += threads_n) {
           names[n] = fmt::format("node-{:04}", n);
-          Result<std::string> credential = anonymous ? register_node(**anonymous, tokens[t], node_object(names[n], "h100", 8))
-                                                     : Result<std::string>(anonymous.error());
+          Result<std::string> credential = anonymous
+                                               ? register_node(**anonymous, tokens[t], node_object(names[n], "h100", 8))
+                                               : Result<std::string>(anonymous.error());
           if (credential) {
             credentials[n] = *credential;
           } else {
@@ -520,7 +534,8 @@ int watch_fanout(const FanoutOptions& o) {
       }
     }
     return fail(mode, Error::internal(fmt::format("only {} of {} watches opened in {:.0f} s ({} connect failures): {}",
-                                                  open_watchers, total_watchers, connect_seconds, connect_failures.load(), why)));
+                                                  open_watchers, total_watchers, connect_seconds,
+                                                  connect_failures.load(), why)));
   }
   std::this_thread::sleep_for(std::chrono::seconds(1));
   int64_t rss_watching = s.rss_kib();
@@ -669,52 +684,61 @@ int watch_fanout(const FanoutOptions& o) {
   for (const auto& [t, kib] : rss_samples) rss_during_max = std::max(rss_during_max, kib);
   auto rss_at = [&](double fraction) {
     if (rss_samples.empty()) return int64_t{0};
-    size_t i = std::min(rss_samples.size() - 1, static_cast<size_t>(fraction * static_cast<double>(rss_samples.size())));
+    size_t i =
+        std::min(rss_samples.size() - 1, static_cast<size_t>(fraction * static_cast<double>(rss_samples.size())));
     return rss_samples[i].second;
   };
   auto mib = [](int64_t kib) { return static_cast<double>(kib) / 1024; };
 
   std::printf("\n== 3. watch fan-out ==\n");
-  std::printf("%d nodes (8 h100 each, registered in %.1f s); %d watchers filtered to one node each (node credential,\n"
-              "?node=NAME) and %d unfiltered (admin), all from revision %lld, open in %.1f s; for %.0f s: %.0f jobs/s\n"
-              "submitted (h100x8), each bound by the scheduler, reported Running at once and Succeeded %d ms later:\n"
-              "4 job events per job, %.0f events/s asked\n",
-              o.nodes, registration_seconds, o.node_watchers, o.watchers, static_cast<long long>(revision), connect_seconds,
-              o.seconds, jobs_per_second, o.hold_ms, o.rate);
-  std::printf("events committed and seen by each unfiltered watcher: %zu (%.0f/s); jobs submitted %zu, finished %zu; "
-              "jobs bound on %zu distinct nodes\n",
-              expected, event_rate, submitted.load(), finished.load(), nodes_used.size());
-  std::printf("lines delivered: %zu to unfiltered watchers (%.0f/s), %zu to node watchers; ERROR lines %zu; "
-              "unfiltered watchers short of the first one's count: %zu\n",
-              unfiltered_lines, static_cast<double>(unfiltered_lines) / o.seconds, node_lines, errors, cut_off);
-  std::printf("| delivery latency (events written by the bench) | samples | p50 ms | p90 ms | p99 ms | max ms |\n"
-              "|---|---:|---:|---:|---:|---:|\n");
-  std::printf("| unfiltered, from the write's request sent | %zu | %.1f | %.1f | %.1f | %.1f |\n", us.n, ms(us.p50), ms(us.p90),
-              ms(us.p99), ms(us.max));
-  std::printf("| unfiltered, from the write's response | %zu | %.1f | %.1f | %.1f | %.1f |\n", ua.n, ms(ua.p50), ms(ua.p90),
-              ms(ua.p99), ms(ua.max));
+  std::printf(
+      "%d nodes (8 h100 each, registered in %.1f s); %d watchers filtered to one node each (node credential,\n"
+      "?node=NAME) and %d unfiltered (admin), all from revision %lld, open in %.1f s; for %.0f s: %.0f jobs/s\n"
+      "submitted (h100x8), each bound by the scheduler, reported Running at once and Succeeded %d ms later:\n"
+      "4 job events per job, %.0f events/s asked\n",
+      o.nodes, registration_seconds, o.node_watchers, o.watchers, static_cast<long long>(revision), connect_seconds,
+      o.seconds, jobs_per_second, o.hold_ms, o.rate);
+  std::printf(
+      "events committed and seen by each unfiltered watcher: %zu (%.0f/s); jobs submitted %zu, finished %zu; "
+      "jobs bound on %zu distinct nodes\n",
+      expected, event_rate, submitted.load(), finished.load(), nodes_used.size());
+  std::printf(
+      "lines delivered: %zu to unfiltered watchers (%.0f/s), %zu to node watchers; ERROR lines %zu; "
+      "unfiltered watchers short of the first one's count: %zu\n",
+      unfiltered_lines, static_cast<double>(unfiltered_lines) / o.seconds, node_lines, errors, cut_off);
+  std::printf(
+      "| delivery latency (events written by the bench) | samples | p50 ms | p90 ms | p99 ms | max ms |\n"
+      "|---|---:|---:|---:|---:|---:|\n");
+  std::printf("| unfiltered, from the write's request sent | %zu | %.1f | %.1f | %.1f | %.1f |\n", us.n, ms(us.p50),
+              ms(us.p90), ms(us.p99), ms(us.max));
+  std::printf("| unfiltered, from the write's response | %zu | %.1f | %.1f | %.1f | %.1f |\n", ua.n, ms(ua.p50),
+              ms(ua.p90), ms(ua.p99), ms(ua.max));
   std::printf("| node-filtered, from the write's request sent | %zu | %.1f | %.1f | %.1f | %.1f |\n", ns.n, ms(ns.p50),
               ms(ns.p90), ms(ns.p99), ms(ns.max));
   std::printf("| node-filtered, from the write's response | %zu | %.1f | %.1f | %.1f | %.1f |\n", na.n, ms(na.p50),
               ms(na.p90), ms(na.p99), ms(na.max));
   std::printf("| (the writes themselves: request to response) | %zu | %.1f | %.1f | %.1f | %.1f |\n", wl.n, ms(wl.p50),
               ms(wl.p90), ms(wl.p99), ms(wl.max));
-  std::printf("| server RSS | before watchers | %d idle watchers | during: at 25%% / 50%% / 100%% of the run | max "
-              "sampled | after (idle, watchers open) | peak (VmHWM) |\n|---|---:|---:|---:|---:|---:|---:|\n",
-              total_watchers);
+  std::printf(
+      "| server RSS | before watchers | %d idle watchers | during: at 25%% / 50%% / 100%% of the run | max "
+      "sampled | after (idle, watchers open) | peak (VmHWM) |\n|---|---:|---:|---:|---:|---:|---:|\n",
+      total_watchers);
   std::printf("| MiB | %.0f | %.0f | %.0f / %.0f / %.0f | %.0f | %.0f | %.0f |\n", mib(rss_before), mib(rss_watching),
-              mib(rss_at(0.25)), mib(rss_at(0.5)), mib(rss_at(0.999)), mib(rss_during_max), mib(rss_after), mib(rss_peak));
-  std::printf("CPU during the run, %% of one core: server %.0f%%, bench (watchers, writers) %.0f%%, irq+softirq %.0f%%, "
-              "other processes %.0f%%; write errors %zu\n",
-              100 * server_cpu / o.seconds, 100 * own_cpu / o.seconds, 100 * irq / o.seconds, 100 * others / o.seconds,
-              write_errors.load());
+              mib(rss_at(0.25)), mib(rss_at(0.5)), mib(rss_at(0.999)), mib(rss_during_max), mib(rss_after),
+              mib(rss_peak));
+  std::printf(
+      "CPU during the run, %% of one core: server %.0f%%, bench (watchers, writers) %.0f%%, irq+softirq %.0f%%, "
+      "other processes %.0f%%; write errors %zu\n",
+      100 * server_cpu / o.seconds, 100 * own_cpu / o.seconds, 100 * irq / o.seconds, 100 * others / o.seconds,
+      write_errors.load());
   if (metrics) {
     auto cycles = metrics->value("cnlab_scheduler_cycle_seconds_count");
     std::printf("scheduler: %.0f cycles, mean %.1f ms\n", cycles,
                 cycles > 0 ? ms(metrics->value("cnlab_scheduler_cycle_seconds_sum") / cycles) : 0.0);
   }
   if (!write_error.empty()) std::printf("first write error: %s\n", write_error.c_str());
-  if (ended_early > 0) std::printf("%zu streams ended before the end of the run; the first: %s\n", ended_early, cut_reason.c_str());
+  if (ended_early > 0)
+    std::printf("%zu streams ended before the end of the run; the first: %s\n", ended_early, cut_reason.c_str());
   std::fflush(stdout);
   return write_errors > 0 ? 1 : 0;
 }
@@ -735,7 +759,8 @@ int main(int argc, char** argv) {
   app.add_flag("--bound", bound, "2. Submit to bound latency on an idle cluster");
   app.add_flag("--fanout", fanout, "3. Watch fan-out latency and server memory");
   app.add_flag("--loop", loop, "4. The scheduling loop's cycle against the bare cycle");
-  app.add_option("--server-arg", server_args(), "A flag for every `cnlab server` started (repeat; e.g. --server-arg=--workers --server-arg=16)");
+  app.add_option("--server-arg", server_args(),
+                 "A flag for every `cnlab server` started (repeat; e.g. --server-arg=--workers --server-arg=16)");
   app.add_option("--clients", so.clients, "--submit: concurrent clients")->capture_default_str();
   app.add_option("--seconds", so.seconds, "--submit: measured seconds")->capture_default_str();
   app.add_option("--gpus", so.gpus, "--submit: GPUs on the one node")->capture_default_str();
@@ -753,7 +778,8 @@ int main(int argc, char** argv) {
   app.add_option("--loop-change", lo.change, "--loop: fraction of jobs changed between cycles")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (!(all || submit || bound || fanout || loop)) {
-    std::fprintf(stderr, "server_bench: choose --all or one or more of --submit --bound --fanout --loop (see --help)\n");
+    std::fprintf(stderr,
+                 "server_bench: choose --all or one or more of --submit --bound --fanout --loop (see --help)\n");
     return 2;
   }
   spdlog::set_level(spdlog::level::warn);  // the in-process loop's info lines (--loop)

@@ -49,7 +49,8 @@ class TempDir {
 // 127.0.0.1:0 (the first stdout line names the URL), its log in DIR/server.log.
 class ServerProcess {
  public:
-  static Result<std::unique_ptr<ServerProcess>> start(const std::string& data_dir, const std::vector<std::string>& extra);
+  static Result<std::unique_ptr<ServerProcess>> start(const std::string& data_dir,
+                                                      const std::vector<std::string>& extra);
   ~ServerProcess();
   ServerProcess(const ServerProcess&) = delete;
   ServerProcess& operator=(const ServerProcess&) = delete;

@@ -34,8 +34,9 @@ double median(std::vector<double> v) {
 Result<int64_t> commit_in_batches(store::Store& store, std::vector<store::Op> ops, size_t batch) {
   int64_t revision = 0;
   for (size_t at = 0; at < ops.size(); at += batch) {
-    std::vector<store::Op> part(std::make_move_iterator(ops.begin() + static_cast<ptrdiff_t>(at)),
-                                std::make_move_iterator(ops.begin() + static_cast<ptrdiff_t>(std::min(ops.size(), at + batch))));
+    std::vector<store::Op> part(
+        std::make_move_iterator(ops.begin() + static_cast<ptrdiff_t>(at)),
+        std::make_move_iterator(ops.begin() + static_cast<ptrdiff_t>(std::min(ops.size(), at + batch))));
     auto committed = store.txn(std::move(part));
     if (!committed) return committed.error();
     revision = committed->revision;
@@ -104,7 +105,8 @@ Result<Written> change_jobs(store::Store& store, server::ObjectCache& cache, siz
       auto it = allocations.find(b.node);
       if (it == allocations.end()) {
         auto cached = cache.read([&](const server::ObjectCache& c) { return c.allocations.get(b.node); });
-        it = allocations.emplace(b.node, std::pair{cached.object ? *cached.object : Allocation{}, cached.revision}).first;
+        it = allocations.emplace(b.node, std::pair{cached.object ? *cached.object : Allocation{}, cached.revision})
+                 .first;
       }
       it->second.first.jobs.erase(job->meta.name);
     }
@@ -232,7 +234,8 @@ int run_loop_bench(const LoopOptions& o) {
     auto landed = [&] {
       return cache.read([&](const server::ObjectCache& c) {
         return c.jobs.revision_of(written->last_job) >= written->revision &&
-               (written->last_allocation.empty() || c.allocations.revision_of(written->last_allocation) >= written->revision);
+               (written->last_allocation.empty() ||
+                c.allocations.revision_of(written->last_allocation) >= written->revision);
       });
     };
     while (!landed()) std::this_thread::sleep_for(std::chrono::microseconds(100));
@@ -254,10 +257,11 @@ int run_loop_bench(const LoopOptions& o) {
     steady.back().bare_preempted = same_result.preemptions.size();
     if (o.verbose) {
       const Cycle& c = steady.back();
-      std::printf("cycle %d: upkeep %.0f ms, sync %.1f ms, decide %.0f ms, reasons %.0f ms, commit %.0f ms, placed %zu, "
-                  "pre-empted %zu; bare %.0f ms, placed %zu\n",
-                  round, c.upkeep * 1e3, c.sync * 1e3, c.decide * 1e3, c.reasons * 1e3, c.commit * 1e3, c.placed, c.preempted,
-                  c.bare * 1e3, c.bare_placed);
+      std::printf(
+          "cycle %d: upkeep %.0f ms, sync %.1f ms, decide %.0f ms, reasons %.0f ms, commit %.0f ms, placed %zu, "
+          "pre-empted %zu; bare %.0f ms, placed %zu\n",
+          round, c.upkeep * 1e3, c.sync * 1e3, c.decide * 1e3, c.reasons * 1e3, c.commit * 1e3, c.placed, c.preempted,
+          c.bare * 1e3, c.bare_placed);
     }
   }
 
@@ -290,40 +294,54 @@ int run_loop_bench(const LoopOptions& o) {
   double loop_uncommitted = loop_cycle + med(&Cycle::reasons);
 
   std::printf("\n== 4. the scheduling loop at %d nodes ==\n", o.nodes);
-  std::printf("workload: bench/workload.h loaded_cluster(%d nodes x 8 GPUs, 35 jobs/node, seed 42): %zu jobs, built in %.1f s;\n"
-              "SQLite store (WAL, synchronous=FULL) seeded with %zu records in %.1f s; ObjectCache start (list + decode) %.1f s\n",
-              o.nodes, workload.jobs.size(), build_seconds, records, seed_seconds, cache_start_seconds);
-  std::printf("steady state: before each of %d cycles %zu jobs change in one transaction (%zu finish, as many arrive)\n",
-              o.cycles, changed_per_cycle, changed_per_cycle / 2);
-  std::printf("| | run_once ms | sync (upkeep) | decide (run_cycle) | waiting reasons | commit | placed | pre-empted | pending | running |\n"
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-  std::printf("| loop, first cycle (full sync of %zu jobs) | %.0f | %.0f | %.0f | %.0f | %.0f | %zu | %zu | %zu | %zu |\n",
-              workload.jobs.size(), first.total * 1e3, first.sync * 1e3, first.decide * 1e3, first.reasons * 1e3,
-              first.commit * 1e3, first.placed, first.preempted, first.pending, first.running);
-  std::printf("| loop, steady state (median of %d; range) | %.0f (%s) | %.0f (%s) | %.0f (%s) | %.0f (%s) | %.0f (%s) | %.0f/cycle | %.0f/cycle | %zu | %zu |\n",
-              o.cycles, loop_total * 1e3, range(&Cycle::total).c_str(), med(&Cycle::sync) * 1e3, range(&Cycle::sync).c_str(),
-              med(&Cycle::decide) * 1e3, range(&Cycle::decide).c_str(), med(&Cycle::reasons) * 1e3,
-              range(&Cycle::reasons).c_str(), med(&Cycle::commit) * 1e3, range(&Cycle::commit).c_str(),
-              static_cast<double>(placed) / o.cycles, static_cast<double>(preempted) / o.cycles, steady.back().pending,
-              steady.back().running);
-  std::printf("| bare run_cycle, sched_bench's snapshot (median of %d) | %.0f | | %.0f | | | %zu | %zu | %u | %u |\n", o.bare_repeats,
-              bare_w * 1e3, bare_w * 1e3, bare_result.placements.size(), bare_result.preemptions.size(),
+  std::printf(
+      "workload: bench/workload.h loaded_cluster(%d nodes x 8 GPUs, 35 jobs/node, seed 42): %zu jobs, built in %.1f "
+      "s;\n"
+      "SQLite store (WAL, synchronous=FULL) seeded with %zu records in %.1f s; ObjectCache start (list + decode) %.1f "
+      "s\n",
+      o.nodes, workload.jobs.size(), build_seconds, records, seed_seconds, cache_start_seconds);
+  std::printf(
+      "steady state: before each of %d cycles %zu jobs change in one transaction (%zu finish, as many arrive)\n",
+      o.cycles, changed_per_cycle, changed_per_cycle / 2);
+  std::printf(
+      "| | run_once ms | sync (upkeep) | decide (run_cycle) | waiting reasons | commit | placed | pre-empted | pending "
+      "| running |\n"
+      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::printf(
+      "| loop, first cycle (full sync of %zu jobs) | %.0f | %.0f | %.0f | %.0f | %.0f | %zu | %zu | %zu | %zu |\n",
+      workload.jobs.size(), first.total * 1e3, first.sync * 1e3, first.decide * 1e3, first.reasons * 1e3,
+      first.commit * 1e3, first.placed, first.preempted, first.pending, first.running);
+  std::printf(
+      "| loop, steady state (median of %d; range) | %.0f (%s) | %.0f (%s) | %.0f (%s) | %.0f (%s) | %.0f (%s) | "
+      "%.0f/cycle | %.0f/cycle | %zu | %zu |\n",
+      o.cycles, loop_total * 1e3, range(&Cycle::total).c_str(), med(&Cycle::sync) * 1e3, range(&Cycle::sync).c_str(),
+      med(&Cycle::decide) * 1e3, range(&Cycle::decide).c_str(), med(&Cycle::reasons) * 1e3,
+      range(&Cycle::reasons).c_str(), med(&Cycle::commit) * 1e3, range(&Cycle::commit).c_str(),
+      static_cast<double>(placed) / o.cycles, static_cast<double>(preempted) / o.cycles, steady.back().pending,
+      steady.back().running);
+  std::printf("| bare run_cycle, sched_bench's snapshot (median of %d) | %.0f | | %.0f | | | %zu | %zu | %u | %u |\n",
+              o.bare_repeats, bare_w * 1e3, bare_w * 1e3, bare_result.placements.size(), bare_result.preemptions.size(),
               bare_result.stats.pending, bare_result.stats.running);
-  std::printf("| bare run_cycle on the state each steady cycle saw, built directly (median of %d; range) | %.0f (%s) | | %.0f | | | %.0f/cycle | %.0f/cycle | %u | %u |\n",
-              o.cycles, bare_s * 1e3, range(&Cycle::bare).c_str(), bare_s * 1e3, static_cast<double>(bare_placed) / o.cycles,
-              static_cast<double>(bare_preempted) / o.cycles, same_result.stats.pending, same_result.stats.running);
+  std::printf(
+      "| bare run_cycle on the state each steady cycle saw, built directly (median of %d; range) | %.0f (%s) | | %.0f "
+      "| | | %.0f/cycle | %.0f/cycle | %u | %u |\n",
+      o.cycles, bare_s * 1e3, range(&Cycle::bare).c_str(), bare_s * 1e3, static_cast<double>(bare_placed) / o.cycles,
+      static_cast<double>(bare_preempted) / o.cycles, same_result.stats.pending, same_result.stats.running);
   size_t differing = 0;
   for (const auto& c : steady) differing += c.placed != c.bare_placed || c.preempted != c.bare_preempted ? 1 : 0;
-  std::printf("the loop and the bare cycle on the same state: same number of placements and pre-emptions in %zu of %d "
-              "cycles (the loop's snapshot holds the jobs in another order, so ties can break otherwise); other processes "
-              "used %.0f%% of one core during the steady state\n",
-              steady.size() - differing, o.cycles, 100 * others / steady_seconds);
-  std::printf("ratio to the bare cycle on the same state (medians): sync + decide (what cnlab_scheduler_cycle_seconds "
-              "measures) %.2fx; with the waiting reasons %.2fx; the whole run_once, commit included, %.2fx\n",
-              loop_cycle / bare_s, loop_uncommitted / bare_s, loop_total / bare_s);
-  std::printf("cache upkeep per change batch (watch delivery, decode, dirty marks; outside run_once) median %.0f ms (%s); "
-              "CAS conflicts %zu\n",
-              med(&Cycle::upkeep) * 1e3, range(&Cycle::upkeep).c_str(), conflicts);
+  std::printf(
+      "the loop and the bare cycle on the same state: same number of placements and pre-emptions in %zu of %d "
+      "cycles (the loop's snapshot holds the jobs in another order, so ties can break otherwise); other processes "
+      "used %.0f%% of one core during the steady state\n",
+      steady.size() - differing, o.cycles, 100 * others / steady_seconds);
+  std::printf(
+      "ratio to the bare cycle on the same state (medians): sync + decide (what cnlab_scheduler_cycle_seconds "
+      "measures) %.2fx; with the waiting reasons %.2fx; the whole run_once, commit included, %.2fx\n",
+      loop_cycle / bare_s, loop_uncommitted / bare_s, loop_total / bare_s);
+  std::printf(
+      "cache upkeep per change batch (watch delivery, decode, dirty marks; outside run_once) median %.0f ms (%s); "
+      "CAS conflicts %zu\n",
+      med(&Cycle::upkeep) * 1e3, range(&Cycle::upkeep).c_str(), conflicts);
   std::fflush(stdout);
   cache.stop();
   store.close();
