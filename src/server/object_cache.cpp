@@ -5,10 +5,18 @@
 namespace cnlab::server {
 namespace {
 
+// Parses and decodes outside the lock (it is the costly part), then takes the lock only to swap
+// the object in; Table::apply keeps the newer revision if another thread got there first.
 template <typename T, typename Decode>
-bool apply_to(Table<T>& table, const store::Record& record, bool removed, Decode decode) {
-  if (removed) return table.apply(record.key, nullptr, record.mod_revision);
-  if (table.revision_of(record.key) >= record.mod_revision) return false;
+bool apply_to(std::shared_mutex& mutex, Table<T>& table, const store::Record& record, bool removed, Decode decode) {
+  if (removed) {
+    std::unique_lock lock(mutex);
+    return table.apply(record.key, nullptr, record.mod_revision);
+  }
+  {
+    std::shared_lock lock(mutex);
+    if (table.revision_of(record.key) >= record.mod_revision) return false;
+  }
   Json json = Json::parse(record.value, nullptr, false);
   auto object = decode(json);
   if (!object) {
@@ -19,7 +27,9 @@ bool apply_to(Table<T>& table, const store::Record& record, bool removed, Decode
     return false;
   }
   if constexpr (requires { object->meta.revision; }) object->meta.revision = record.mod_revision;
-  return table.apply(record.key, std::make_shared<const T>(std::move(*object)), record.mod_revision);
+  auto shared = std::make_shared<const T>(std::move(*object));
+  std::unique_lock lock(mutex);
+  return table.apply(record.key, std::move(shared), record.mod_revision);
 }
 
 const std::string* const kWatched[] = {&kind::kJobs,       &kind::kNodes,     &kind::kProjects,
@@ -58,17 +68,18 @@ Result<Allocation> allocation_from_json(const Json& json) {
 ObjectCache::ObjectCache(store::Store& store) : store_(store) {}
 ObjectCache::~ObjectCache() { stop(); }
 
-bool ObjectCache::apply_locked(const store::Record& r, bool removed) {
+bool ObjectCache::apply_record(const store::Record& r, bool removed) {
   const std::string& k = r.kind;
-  if (k == kind::kJobs) return apply_to(jobs, r, removed, model::job_from_json);
-  if (k == kind::kNodes) return apply_to(nodes, r, removed, model::node_from_json);
-  if (k == kind::kProjects) return apply_to(projects, r, removed, model::project_from_json);
-  if (k == kind::kUsers) return apply_to(users, r, removed, model::user_from_json);
-  if (k == kind::kRoleBindings) return apply_to(role_bindings, r, removed, model::role_binding_from_json);
-  if (k == kind::kQuotas) return apply_to(quotas, r, removed, model::quota_from_json);
-  if (k == kind::kApiTokens) return apply_to(api_tokens, r, removed, model::api_token_from_json);
-  if (k == kind::kJoinTokens) return apply_to(join_tokens, r, removed, model::join_token_from_json);
-  if (k == kind::kAllocations) return apply_to(allocations, r, removed, allocation_from_json);
+  std::shared_mutex& m = mutex_;
+  if (k == kind::kJobs) return apply_to(m, jobs, r, removed, model::job_from_json);
+  if (k == kind::kNodes) return apply_to(m, nodes, r, removed, model::node_from_json);
+  if (k == kind::kProjects) return apply_to(m, projects, r, removed, model::project_from_json);
+  if (k == kind::kUsers) return apply_to(m, users, r, removed, model::user_from_json);
+  if (k == kind::kRoleBindings) return apply_to(m, role_bindings, r, removed, model::role_binding_from_json);
+  if (k == kind::kQuotas) return apply_to(m, quotas, r, removed, model::quota_from_json);
+  if (k == kind::kApiTokens) return apply_to(m, api_tokens, r, removed, model::api_token_from_json);
+  if (k == kind::kJoinTokens) return apply_to(m, join_tokens, r, removed, model::join_token_from_json);
+  if (k == kind::kAllocations) return apply_to(m, allocations, r, removed, allocation_from_json);
   return false;
 }
 
@@ -78,22 +89,12 @@ void ObjectCache::notify(const std::string& kind, const std::string& key) {
 }
 
 void ObjectCache::apply(const store::Record& record) {
-  bool applied;
-  {
-    std::unique_lock lock(mutex_);
-    applied = apply_locked(record, false);
-  }
-  if (applied) notify(record.kind, record.key);
+  if (apply_record(record, false)) notify(record.kind, record.key);
 }
 
 void ObjectCache::apply_removed(const std::string& kind, const std::string& key, int64_t revision) {
   store::Record r{kind, key, "", 0, revision};
-  bool applied;
-  {
-    std::unique_lock lock(mutex_);
-    applied = apply_locked(r, true);
-  }
-  if (applied) notify(kind, key);
+  if (apply_record(r, true)) notify(kind, key);
 }
 
 void ObjectCache::apply_job(const std::string& key, model::Job job, int64_t revision) {
@@ -112,12 +113,7 @@ int64_t ObjectCache::watched_revision() const { return watched_revision_.load();
 
 void ObjectCache::on_events(const std::vector<store::Event>& events) {
   for (const auto& event : events) {
-    bool applied;
-    {
-      std::unique_lock lock(mutex_);
-      applied = apply_locked(event.record, event.type == store::EventType::kDelete);
-    }
-    if (applied) notify(event.record.kind, event.record.key);
+    if (apply_record(event.record, event.type == store::EventType::kDelete)) notify(event.record.kind, event.record.key);
     int64_t seen = watched_revision_.load();
     while (seen < event.record.mod_revision && !watched_revision_.compare_exchange_weak(seen, event.record.mod_revision)) {
     }
@@ -131,14 +127,9 @@ Status ObjectCache::start() {
   for (const std::string* k : kWatched) {
     auto listed = store_.list(*k, store::ListOptions{});
     if (!listed) return listed.error();
-    std::vector<const store::Record*> applied;
-    {
-      std::unique_lock lock(mutex_);
-      for (const auto& record : listed->items) {
-        if (apply_locked(record, false)) applied.push_back(&record);
-      }
+    for (const auto& record : listed->items) {
+      if (apply_record(record, false)) notify(record.kind, record.key);
     }
-    for (const auto* record : applied) notify(record->kind, record->key);
     int64_t seen = watched_revision_.load();
     if (listed->revision > seen) watched_revision_ = listed->revision;
     store::Store::WatchCallbacks callbacks;

@@ -125,7 +125,7 @@ class ObjectCache {
   int64_t watched_revision() const;
 
  private:
-  bool apply_locked(const store::Record& record, bool removed);
+  bool apply_record(const store::Record& record, bool removed);  // takes the lock itself
   void notify(const std::string& kind, const std::string& key);
   void on_events(const std::vector<store::Event>& events);
 
