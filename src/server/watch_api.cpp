@@ -13,31 +13,53 @@
 namespace cnlab::server {
 namespace {
 
-// The parsed form of recent records, shared by every watcher: a thousand watchers of one kind parse
-// each change once, not a thousand times.
-class ParsedRecords {
+const char* event_type(const store::Event& event) {
+  return event.type == store::EventType::kDelete ? "DELETED" : event.created ? "ADDED" : "MODIFIED";
+}
+
+std::string watch_line(const char* type, const Json& object) {
+  return Json{{"type", type}, {"object", object}}.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
+}
+
+// A recent event parsed and serialised once, shared by every watcher: a thousand watchers of one
+// kind parse and print each change once, not a thousand times.
+struct ParsedEvent {
+  Json object;       // with metadata.revision set; not an object if the record did not parse
+  std::string line;  // the watch line for the event's own type
+};
+
+class ParsedEvents {
  public:
-  std::shared_ptr<const Json> get(const store::Record& record) {
-    std::string key = record.kind + "\n" + std::to_string(record.mod_revision) + "\n" + record.key;
+  std::shared_ptr<const ParsedEvent> get(const store::Event& event) {
+    const store::Record& record = event.record;
+    std::string key = record.kind;
+    key += '\n';
+    key += std::to_string(record.mod_revision);
+    key += '\n';
+    key += record.key;
+    key += event_type(event)[0];
     std::lock_guard lock(mutex_);
     auto it = parsed_.find(key);
     if (it != parsed_.end()) return it->second;
-    Json json = Json::parse(record.value, nullptr, false);
-    if (json.is_object()) json["metadata"]["revision"] = record.mod_revision;
-    auto shared = std::make_shared<const Json>(std::move(json));
-    parsed_.emplace(key, shared);
-    order_.push_back(key);
+    auto parsed = std::make_shared<ParsedEvent>();
+    parsed->object = Json::parse(record.value, nullptr, false);
+    if (parsed->object.is_object()) {
+      parsed->object["metadata"]["revision"] = record.mod_revision;
+      parsed->line = watch_line(event_type(event), parsed->object);
+    }
+    parsed_.emplace(key, parsed);
+    order_.push_back(std::move(key));
     if (order_.size() > kKept) {
       parsed_.erase(order_.front());
       order_.pop_front();
     }
-    return shared;
+    return parsed;
   }
 
  private:
   static constexpr size_t kKept = 8192;
   std::mutex mutex_;
-  std::unordered_map<std::string, std::shared_ptr<const Json>> parsed_;
+  std::unordered_map<std::string, std::shared_ptr<const ParsedEvent>> parsed_;
   std::deque<std::string> order_;
 };
 
@@ -81,9 +103,9 @@ StreamSlots& stream_slots() {
   return slots;
 }
 
-ParsedRecords& parsed_records() {
-  static ParsedRecords records;
-  return records;
+ParsedEvents& parsed_events() {
+  static ParsedEvents events;
+  return events;
 }
 
 // What a watch may hold before its stream opens (the history it replays arrives at once): past
@@ -137,22 +159,22 @@ net::Response Api::watch(const Call& call, const std::string& kind, std::functio
   callbacks.on_events = [state, visible, report_leaving, matching](const std::vector<store::Event>& events) {
     std::string out;
     for (const auto& event : events) {
-      auto object = parsed_records().get(event.record);
-      if (!object->is_object()) continue;
+      auto parsed = parsed_events().get(event);
+      if (!parsed->object.is_object()) continue;
       bool deleted = event.type == store::EventType::kDelete;
-      const char* type = deleted ? "DELETED" : event.created ? "ADDED" : "MODIFIED";
-      if (!visible(*object)) {
+      if (!visible(parsed->object)) {
         if (!report_leaving || matching->erase(event.record.key) == 0) continue;
-        type = "DELETED";  // it left this watch's view
-      } else if (report_leaving) {
+        out += watch_line("DELETED", parsed->object);  // it left this watch's view
+        continue;
+      }
+      if (report_leaving) {
         if (deleted) {
           matching->erase(event.record.key);
         } else {
           matching->insert(event.record.key);
         }
       }
-      out += Json{{"type", type}, {"object", *object}}.dump(-1, ' ', false, Json::error_handler_t::replace);
-      out += '\n';
+      out += parsed->line;
     }
     if (!out.empty()) state->send(std::move(out));
   };
