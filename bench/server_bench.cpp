@@ -77,6 +77,33 @@ void print_machine_line() {
 // ---------------------------------------------------------------------------------------------
 // 1. Durable submissions/s.
 
+// A fresh server with one registered node of `gpus` h100s: the admin's client and the node's
+// credential (modes 1 and 2).
+struct OneNodeCluster {
+  TempDir dir{"cnlab_server_bench"};  // first: it outlives the server
+  std::unique_ptr<ServerProcess> server;
+  std::unique_ptr<net::Client> admin;
+  std::string credential;
+};
+
+Result<std::unique_ptr<OneNodeCluster>> one_node_cluster(const std::string& node, int gpus) {
+  auto cluster = std::make_unique<OneNodeCluster>();
+  auto server = ServerProcess::start(cluster->dir.path() + "/data", with_server_args({}));
+  if (!server) return server.error();
+  cluster->server = std::move(*server);
+  auto admin = cluster->server->client(cluster->server->admin_token());
+  if (!admin) return admin.error();
+  cluster->admin = std::move(*admin);
+  auto anonymous = cluster->server->client("");
+  if (!anonymous) return anonymous.error();
+  auto token = join_token(*cluster->admin);
+  if (!token) return token.error();
+  auto credential = register_node(**anonymous, *token, node_object(node, "h100", gpus));
+  if (!credential) return credential.error();
+  cluster->credential = std::move(*credential);
+  return cluster;
+}
+
 struct SubmitOptions {
   int clients = 64;
   double seconds = 10;
@@ -86,24 +113,18 @@ struct SubmitOptions {
 
 int submit_throughput(const SubmitOptions& o) {
   const std::string mode = "--submit";
-  TempDir dir("cnlab_server_bench");
-  auto server = ServerProcess::start(dir.path() + "/data", with_server_args({}));
-  if (!server) return fail(mode, server.error());
-  auto admin = (*server)->client((*server)->admin_token());
-  auto anonymous = (*server)->client("");
-  if (!admin || !anonymous) return fail(mode, admin ? anonymous.error() : admin.error());
-  auto token = join_token(**admin);
-  if (!token) return fail(mode, token.error());
-  if (auto r = register_node(**anonymous, *token, node_object("bench-node-0", "h100", o.gpus)); !r)
-    return fail(mode, r.error());
+  auto cluster = one_node_cluster("bench-node-0", o.gpus);
+  if (!cluster) return fail(mode, cluster.error());
+  auto& server = (*cluster)->server;
+  auto& admin = (*cluster)->admin;
 
   std::vector<std::unique_ptr<net::Client>> clients;
   for (int i = 0; i < o.clients; ++i) {
-    auto c = (*server)->client((*server)->admin_token());
+    auto c = server->client(server->admin_token());
     if (!c) return fail(mode, c.error());
     clients.push_back(std::move(*c));
   }
-  auto before = scrape(**admin);
+  auto before = scrape(*admin);
   if (!before) return fail(mode, before.error());
 
   struct PerClient {
@@ -150,15 +171,15 @@ int submit_throughput(const SubmitOptions& o) {
   go = true;
   go.notify_all();
   std::this_thread::sleep_until(window_start);
-  double server_cpu0 = (*server)->cpu_seconds(), own_cpu0 = own_cpu_seconds();
+  double server_cpu0 = server->cpu_seconds(), own_cpu0 = own_cpu_seconds();
   MachineCpu machine0 = machine_cpu();
   std::this_thread::sleep_until(window_end);
-  double server_cpu = (*server)->cpu_seconds() - server_cpu0, own_cpu = own_cpu_seconds() - own_cpu0;
+  double server_cpu = server->cpu_seconds() - server_cpu0, own_cpu = own_cpu_seconds() - own_cpu0;
   MachineCpu machine1 = machine_cpu();
   double irq = machine1.irq - machine0.irq;
   double others = machine1.busy - machine0.busy - server_cpu - own_cpu - irq;
   for (auto& t : threads) t.join();
-  auto after = scrape(**admin);
+  auto after = scrape(*admin);
   if (!after) return fail(mode, after.error());
 
   std::vector<double> all;
@@ -176,8 +197,8 @@ int submit_throughput(const SubmitOptions& o) {
       histogram_delta(*before, *after, "cnlab_http_request_duration_seconds", "{route=\"POST /v1/jobs\"}");
   auto [commit_sum, commit_n] = histogram_delta(*before, *after, "cnlab_store_commit_seconds");
   auto [cycle_sum, cycle_n] = histogram_delta(*before, *after, "cnlab_scheduler_cycle_seconds");
-  int64_t rss = (*server)->rss_kib();
-  (*server)->stop();
+  int64_t rss = server->rss_kib();
+  server->stop();
 
   std::printf("\n== 1. durable submissions through the REST API (TLS, keep-alive) ==\n");
   std::printf(
@@ -217,21 +238,16 @@ struct BoundOptions {
 
 int submit_to_bound(const BoundOptions& o) {
   const std::string mode = "--bound";
-  TempDir dir("cnlab_server_bench");
-  auto server = ServerProcess::start(dir.path() + "/data", with_server_args({}));
-  if (!server) return fail(mode, server.error());
-  auto admin = (*server)->client((*server)->admin_token());
-  auto anonymous = (*server)->client("");
-  if (!admin || !anonymous) return fail(mode, admin ? anonymous.error() : admin.error());
-  auto token = join_token(**admin);
-  if (!token) return fail(mode, token.error());
   const std::string node = "bench-node-0";
-  auto credential = register_node(**anonymous, *token, node_object(node, "h100", 8));
-  if (!credential) return fail(mode, credential.error());
-  auto agent = (*server)->client(*credential);
-  auto watch_client = (*server)->client(*credential, std::chrono::seconds(120));
+  auto cluster = one_node_cluster(node, 8);
+  if (!cluster) return fail(mode, cluster.error());
+  auto& server = (*cluster)->server;
+  auto& admin = (*cluster)->admin;
+  const std::string& credential = (*cluster)->credential;
+  auto agent = server->client(credential);
+  auto watch_client = server->client(credential, std::chrono::seconds(120));
   if (!agent || !watch_client) return fail(mode, agent ? watch_client.error() : agent.error());
-  auto health = call(**admin, "GET", "/healthz", 200);
+  auto health = call(*admin, "GET", "/healthz", 200);
   if (!health) return fail(mode, health.error());
   int64_t revision = (*health)["revision"].get<int64_t>();
 
@@ -265,11 +281,11 @@ int submit_to_bound(const BoundOptions& o) {
   });
   // The watch must be open before the first job.
   for (int i = 0; i < 500; ++i) {
-    auto m = scrape(**admin);
+    auto m = scrape(*admin);
     if (m && m->value("cnlab_watch_streams") >= 1) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  auto before = scrape(**admin);
+  auto before = scrape(*admin);
   if (!before) return fail(mode, before.error());
 
   std::vector<double> to_bound, to_ack;
@@ -277,7 +293,7 @@ int submit_to_bound(const BoundOptions& o) {
   std::string first_error;
   for (int i = 0; i < o.jobs; ++i) {
     int64_t sent = now_ns();
-    auto submitted = call(**admin, "POST", "/v1/jobs", 201, Json::parse(kJobBody));
+    auto submitted = call(*admin, "POST", "/v1/jobs", 201, Json::parse(kJobBody));
     int64_t acked = now_ns();
     if (!submitted) {
       first_error = submitted.error().to_string();
@@ -305,8 +321,8 @@ int submit_to_bound(const BoundOptions& o) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(o.gap_ms));
   }
-  auto after = scrape(**admin);
-  (*server)->stop();
+  auto after = scrape(*admin);
+  server->stop();
   watcher.join();
   if (!after) return fail(mode, after.error());
   auto [cycle_sum, cycle_n] = histogram_delta(*before, *after, "cnlab_scheduler_cycle_seconds");

@@ -170,22 +170,7 @@ Result<Json> call(net::Client& client, const std::string& method, const std::str
 }
 
 Json node_object(const std::string& name, const std::string& gpu_model, int gpus) {
-  model::Node node;
-  node.meta.name = name;
-  node.cpu_milli = 256000;
-  node.memory_mib = 2048 * 1024;
-  node.simulated = true;
-  auto id = model::parse_model(gpu_model, "model");
-  for (int i = 0; i < gpus; ++i) {
-    model::Gpu g;
-    g.index = i;
-    g.uuid = "GPU-" + name + "-" + std::to_string(i);
-    g.model = *id;
-    g.memory_mib = model::gpu_model(*id).memory_mib;
-    g.simulated = true;
-    node.gpus.push_back(g);
-  }
-  return model::to_json(node);
+  return model::to_json(model::simulated_node(name, *model::parse_model(gpu_model, "model"), gpus, 256000, 2048 * 1024));
 }
 
 Result<std::string> join_token(net::Client& admin) {

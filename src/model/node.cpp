@@ -74,6 +74,24 @@ std::string_view to_string(NodePhase phase) { return detail::name_of(kPhases, ph
 
 std::optional<NodePhase> parse_node_phase(std::string_view name) { return detail::find_by_name(kPhases, name); }
 
+Node simulated_node(const std::string& name, ModelId model, int gpu_count, int64_t cpu_milli, int64_t memory_mib) {
+  Node node;
+  node.meta.name = name;
+  node.cpu_milli = cpu_milli;
+  node.memory_mib = memory_mib;
+  node.simulated = true;
+  for (int i = 0; i < gpu_count; ++i) {
+    Gpu g;
+    g.index = i;
+    g.uuid = "GPU-" + name + "-" + std::to_string(i);
+    g.model = model;
+    g.memory_mib = gpu_model(model).memory_mib;
+    g.simulated = true;
+    node.gpus.push_back(std::move(g));
+  }
+  return node;
+}
+
 Status validate(const Node& node) {
   if (auto s = validate_name(node.meta.name, "metadata.name"); !s) return s;
   for (size_t i = 0; i < node.gpus.size(); ++i) {

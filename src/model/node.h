@@ -83,4 +83,9 @@ Result<Node> node_from_json(const Json& json);
 // layouts NVIDIA accepts and only on MIG-capable models, condition types well formed and unique.
 Status validate(const Node& node);
 
+// A Ready node of `gpu_count` simulated GPUs of one model (UUIDs "GPU-<name>-<i>", the catalog's
+// memory), labelled simulated: what the simulated GPU backend reports, and what tests and
+// benchmarks register.
+Node simulated_node(const std::string& name, ModelId model, int gpu_count, int64_t cpu_milli, int64_t memory_mib);
+
 }  // namespace cnlab::model

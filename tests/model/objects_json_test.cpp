@@ -564,3 +564,26 @@ TEST(ProjectJson, RoundTripsADescriptionAndDecodesOldJsonWithoutOne) {
 
 }  // namespace
 }  // namespace cnlab::model
+
+namespace cnlab::model {
+namespace {
+
+TEST(SimulatedNode, HasOneSimulatedGpuPerIndexWithTheCatalogsMemoryAndDecodesBack) {
+  ModelId h100 = *find_model("h100");
+  Node node = simulated_node("gpu-3", h100, 4, 32000, 256 * 1024);
+  ASSERT_EQ(node.gpus.size(), 4u);
+  EXPECT_TRUE(node.simulated);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(node.gpus[i].index, i);
+    EXPECT_TRUE(node.gpus[i].simulated);
+    EXPECT_EQ(node.gpus[i].memory_mib, gpu_model(h100).memory_mib);
+    EXPECT_EQ(node.gpus[i].uuid, "GPU-gpu-3-" + std::to_string(i));
+  }
+  EXPECT_TRUE(validate(node));
+  auto back = node_from_json(to_json(node));
+  ASSERT_TRUE(back) << back.error().to_string();
+  EXPECT_EQ(*back, node);
+}
+
+}  // namespace
+}  // namespace cnlab::model

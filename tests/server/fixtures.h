@@ -11,22 +11,7 @@ namespace cnlab::server::test_support {
 
 inline Json node_object(const std::string& name, const std::string& gpu_model, int gpus, int64_t cpu_milli = 64000,
                         int64_t memory_mib = 512 * 1024) {
-  model::Node node;
-  node.meta.name = name;
-  node.cpu_milli = cpu_milli;
-  node.memory_mib = memory_mib;
-  node.simulated = true;
-  auto id = model::parse_model(gpu_model, "model");
-  for (int i = 0; i < gpus; ++i) {
-    model::Gpu g;
-    g.index = i;
-    g.uuid = "GPU-" + name + "-" + std::to_string(i);
-    g.model = *id;
-    g.memory_mib = model::gpu_model(*id).memory_mib;
-    g.simulated = true;
-    node.gpus.push_back(g);
-  }
-  return model::to_json(node);
+  return model::to_json(model::simulated_node(name, *model::parse_model(gpu_model, "model"), gpus, cpu_milli, memory_mib));
 }
 
 inline Json job_body(const std::string& project, const std::string& gpu, std::vector<std::string> command = {"true"}) {
