@@ -7,7 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config clang-format
   nlohmann-json3-dev libfmt-dev libspdlog-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libboost1.74-dev libssl-dev openssl libsqlite3-dev
+  libboost1.74-dev libssl-dev openssl libsqlite3-dev libarchive-dev
   prometheus
 )
 
