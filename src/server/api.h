@@ -20,6 +20,7 @@
 #include "server/metrics.h"
 #include "server/object_cache.h"
 #include "server/router.h"
+#include "server/watch_fanout.h"
 #include "server/server.h"
 #include "store/store.h"
 
@@ -140,11 +141,15 @@ class Api {
   net::Response get_artifact(const Call& call);
 
   // watch_api.cpp: `?watch=1&revision=N` on a collection. `visible` decides per object (parsed
-  // once per event however many watchers there are). With `report_leaving`, an object that stops
-  // being visible (a job pre-empted off the watching node) is sent once as DELETED, as Kubernetes
-  // does for selectors; `visible_now` are the keys visible when the watch starts.
+  // once per event however many watchers there are). A `route` (jobs: a node name) limits the
+  // changes considered to those routed there now or before (see WatchFanout); `visible` must
+  // still check it, for the history replayed. With `report_leaving`, an object that stops being
+  // visible (a job pre-empted off the watching node) is sent once as DELETED, as Kubernetes does
+  // for selectors; `visible_now` are the keys visible when the watch starts.
   net::Response watch(const Call& call, const std::string& kind, std::function<bool(const Json&)> visible,
-                      bool report_leaving = false, std::vector<std::string> visible_now = {});
+                      std::string route = "", bool report_leaving = false, std::vector<std::string> visible_now = {});
+  // The shared watch of a kind, started on first use.
+  Result<WatchFanout*> fanout_of(const std::string& kind);
 
   ApiContext ctx_;
   Router router_;
@@ -154,6 +159,8 @@ class Api {
     bool upload;
   };
   std::vector<Entry> handlers_;
+  std::mutex fanouts_mutex_;
+  std::map<std::string, std::unique_ptr<WatchFanout>> fanouts_;
 };
 
 }  // namespace cnlab::server

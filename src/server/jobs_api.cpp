@@ -272,7 +272,7 @@ net::Response Api::list_jobs(const Call& call) {
     }
     // A node's agent must hear when a job leaves it (pre-empted, requeued off a lost node).
     return watch(call, kind::kJobs, [sel, visible](const Json& job) { return sel.matches(job) && visible(job); },
-                 !node.empty(), std::move(now_on_node));
+                 node, !node.empty(), std::move(now_on_node));
   }
   store::ListOptions options;
   options.selector = *selector;

@@ -2,66 +2,15 @@
 // {"type": "ADDED"|"MODIFIED"|"DELETED", "object": {...}}. A revision older than the kept history
 // gets 410 with "resync from revision N" before the stream starts (the client lists and watches
 // again); a client that reads too slowly is cut off by the stream's backlog bound.
-#include <deque>
-#include <unordered_set>
 #include <map>
-#include <unordered_map>
+#include <unordered_set>
 
 #include "server/api.h"
 #include "server/api_error.h"
+#include "server/watch_fanout.h"
 
 namespace cnlab::server {
 namespace {
-
-const char* event_type(const store::Event& event) {
-  return event.type == store::EventType::kDelete ? "DELETED" : event.created ? "ADDED" : "MODIFIED";
-}
-
-std::string watch_line(const char* type, const Json& object) {
-  return Json{{"type", type}, {"object", object}}.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
-}
-
-// A recent event parsed and serialised once, shared by every watcher: a thousand watchers of one
-// kind parse and print each change once, not a thousand times.
-struct ParsedEvent {
-  Json object;       // with metadata.revision set; not an object if the record did not parse
-  std::string line;  // the watch line for the event's own type
-};
-
-class ParsedEvents {
- public:
-  std::shared_ptr<const ParsedEvent> get(const store::Event& event) {
-    const store::Record& record = event.record;
-    std::string key = record.kind;
-    key += '\n';
-    key += std::to_string(record.mod_revision);
-    key += '\n';
-    key += record.key;
-    key += event_type(event)[0];
-    std::lock_guard lock(mutex_);
-    auto it = parsed_.find(key);
-    if (it != parsed_.end()) return it->second;
-    auto parsed = std::make_shared<ParsedEvent>();
-    parsed->object = Json::parse(record.value, nullptr, false);
-    if (parsed->object.is_object()) {
-      parsed->object["metadata"]["revision"] = record.mod_revision;
-      parsed->line = watch_line(event_type(event), parsed->object);
-    }
-    parsed_.emplace(key, parsed);
-    order_.push_back(std::move(key));
-    if (order_.size() > kKept) {
-      parsed_.erase(order_.front());
-      order_.pop_front();
-    }
-    return parsed;
-  }
-
- private:
-  static constexpr size_t kKept = 8192;
-  std::mutex mutex_;
-  std::unordered_map<std::string, std::shared_ptr<const ParsedEvent>> parsed_;
-  std::deque<std::string> order_;
-};
 
 // Open watch streams per caller and in all: a client that opens streams without end gets 429
 // instead of exhausting the server. A slot is held for as long as its stream (or the response that
@@ -103,11 +52,6 @@ StreamSlots& stream_slots() {
   return slots;
 }
 
-ParsedEvents& parsed_events() {
-  static ParsedEvents events;
-  return events;
-}
-
 // What a watch may hold before its stream opens (the history it replays arrives at once): past
 // this, the watcher is told to resync instead.
 constexpr size_t kMaxEarlyBytes = 32 << 20;
@@ -118,7 +62,8 @@ struct WatchState {
   std::string early;  // what arrived before the stream was open
   bool overflowed = false;
   bool closed = false;
-  std::unique_ptr<store::Store::WatchHandle> handle;
+  bool ended = false;  // the store ended the watch
+  std::function<void()> unsubscribe;
 
   void send(std::string text) {
     std::lock_guard lock(mutex);
@@ -136,8 +81,34 @@ struct WatchState {
 
 }  // namespace
 
+Result<WatchFanout*> Api::fanout_of(const std::string& kind) {
+  std::lock_guard lock(fanouts_mutex_);
+  auto& fanout = fanouts_[kind];
+  if (!fanout) {
+    WatchFanout::Router router;
+    if (kind == kind::kJobs) {
+      // A job is routed to the nodes it is bound to: their agents' watches hear of it.
+      router = [](const Json& job, std::vector<std::string>& routes) {
+        const Json& status = job["status"];
+        auto placement = status.find("placement");
+        if (placement == status.end() || !placement->is_array()) return;
+        for (const auto& binding : *placement) {
+          auto node = binding.find("node");
+          if (node != binding.end() && node->is_string()) routes.push_back(node->get<std::string>());
+        }
+      };
+    }
+    fanout = std::make_unique<WatchFanout>(ctx_.store, kind, std::move(router));
+    if (auto ok = fanout->start(); !ok) {
+      fanouts_.erase(kind);  // the store is closing; a later watch tries again
+      return ok.error();
+    }
+  }
+  return fanout.get();
+}
+
 net::Response Api::watch(const Call& call, const std::string& kind, std::function<bool(const Json&)> visible,
-                         bool report_leaving, std::vector<std::string> visible_now) {
+                         std::string route, bool report_leaving, std::vector<std::string> visible_now) {
   std::string text = call.request.query_value("revision");
   int64_t revision = 0;
   if (!text.empty()) {
@@ -152,43 +123,38 @@ net::Response Api::watch(const Call& call, const std::string& kind, std::functio
                                         " per caller); close some first"));
   }
   auto state = std::make_shared<WatchState>();
-  store::Store::WatchCallbacks callbacks;
-  // Touched only on the store's notifier thread, which delivers this watcher's events one batch
-  // at a time.
+  auto subscriber = std::make_shared<WatchFanout::Subscriber>();
+  subscriber->route = std::move(route);
+  // Touched only under the fan-out's lock, one change at a time.
   auto matching = std::make_shared<std::unordered_set<std::string>>(visible_now.begin(), visible_now.end());
-  callbacks.on_events = [state, visible, report_leaving, matching](const std::vector<store::Event>& events) {
-    std::string out;
-    for (const auto& event : events) {
-      auto parsed = parsed_events().get(event);
-      if (!parsed->object.is_object()) continue;
-      bool deleted = event.type == store::EventType::kDelete;
-      if (!visible(parsed->object)) {
-        if (!report_leaving || matching->erase(event.record.key) == 0) continue;
-        out += watch_line("DELETED", parsed->object);  // it left this watch's view
-        continue;
-      }
-      if (report_leaving) {
-        if (deleted) {
-          matching->erase(event.record.key);
-        } else {
-          matching->insert(event.record.key);
-        }
-      }
-      out += parsed->line;
+  subscriber->filter = [visible, report_leaving, matching](const WatchedChange& change, std::string& out) {
+    if (!visible(change.object)) {
+      if (report_leaving && matching->erase(change.key) > 0) out += watch_line("DELETED", change.object);  // it left this view
+      return;
     }
-    if (!out.empty()) state->send(std::move(out));
+    if (report_leaving) {
+      if (change.deleted) {
+        matching->erase(change.key);
+      } else {
+        matching->insert(change.key);
+      }
+    }
+    out += change.line;
   };
-  callbacks.on_close = [state](const Error& error) {
+  subscriber->send = [state](std::string text) { state->send(std::move(text)); };
+  subscriber->end = [state](const Error& error) {
     Json line = {{"type", "ERROR"}, {"error", {{"code", api_code(error.code)}, {"message", error.to_string()}}}};
     state->send(line.dump() + "\n");
     std::lock_guard lock(state->mutex);
+    state->ended = true;
     if (state->stream) state->stream->finish();
   };
-  auto handle = ctx_.store.watch(kind, "", revision, std::move(callbacks));
-  if (!handle) return error_response(handle.error());
+  auto fanout = fanout_of(kind);
+  if (!fanout) return error_response(fanout.error());
+  if (auto ok = (*fanout)->subscribe(subscriber, revision, visible_now); !ok) return error_response(ok.error());
   {
     std::lock_guard lock(state->mutex);
-    state->handle = std::move(*handle);
+    state->unsubscribe = [fanout = *fanout, subscriber] { fanout->unsubscribe(subscriber); };
   }
   Metrics& metrics = ctx_.metrics;
   net::Response response;
@@ -207,16 +173,17 @@ net::Response Api::watch(const Call& call, const std::string& kind, std::functio
       } else if (!state->early.empty()) {
         stream->push(std::move(state->early));
       }
+      if (state->ended) stream->finish();
       state->early.clear();
     }
     stream->on_close([state, &metrics, slot]() {
-      std::unique_ptr<store::Store::WatchHandle> handle;
+      std::function<void()> unsubscribe;
       {
         std::lock_guard lock(state->mutex);
         state->closed = true;
-        handle = std::move(state->handle);
+        unsubscribe = std::move(state->unsubscribe);
       }
-      handle.reset();  // outside the lock: the store may be delivering to this watcher right now
+      if (unsubscribe) unsubscribe();  // outside the lock: the fan-out may be sending to it right now
       metrics.watchers.inc({}, -1);
     });
   };

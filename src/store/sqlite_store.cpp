@@ -476,6 +476,8 @@ class SqliteStore final : public Store {
                  std::function<void(Result<TxnResult>)> done) override;
   int64_t revision() override { return committed_revision_.load(std::memory_order_acquire); }
   Result<std::vector<AuditEntry>> audit_log(int64_t from_seq, int64_t limit) override;
+  Result<std::vector<Event>> history(const std::string& kind, const std::string& prefix, int64_t after_revision,
+                                     int64_t up_to_revision) override;
   Result<std::unique_ptr<WatchHandle>> watch(const std::string& kind, const std::string& prefix, int64_t from_revision,
                                              WatchCallbacks callbacks) override;
   void close() override;
@@ -859,6 +861,44 @@ Result<std::vector<AuditEntry>> SqliteStore::audit_log(int64_t from_seq, int64_t
   return entries;
 }
 
+Result<std::vector<Event>> SqliteStore::history(const std::string& kind, const std::string& prefix,
+                                                int64_t after_revision, int64_t up_to_revision) {
+  if (auto ok = internal::check_name("kind", kind); !ok) return ok.error();
+  if (auto ok = internal::check_name("prefix", prefix, /*allow_empty=*/true); !ok) return ok.error();
+  auto reader = readers_.acquire();
+  if (!reader) return reader.error();
+  std::vector<Event> events;
+  ReadTxn read(**reader);
+  if (auto ok = read.begin(); !ok) return ok.error();
+  auto meta = read.meta();
+  if (!meta) return meta.error();
+  if (after_revision < meta->compacted) {
+    return Error::of(ErrorCode::kGone, "revision", std::to_string(meta->revision),
+                     fmt::format("revision {} is older than the kept history (oldest kept: {}); resync from "
+                                 "revision {}: list at it, then watch from it",
+                                 after_revision, meta->compacted + 1, meta->revision));
+  }
+  if (after_revision >= up_to_revision) return events;
+  Stmt& stmt = (*reader)->history;
+  ResetOnExit reset(stmt);
+  stmt.bind(1, after_revision);
+  stmt.bind(2, up_to_revision);
+  stmt.bind(3, kind);
+  while (true) {
+    int rc = stmt.step();
+    if (rc == SQLITE_DONE) break;
+    if (rc != SQLITE_ROW) return (*reader)->db->error(rc, "history");
+    std::string_view key = stmt.text(1);
+    if (!key.starts_with(prefix)) continue;
+    Event event;
+    event.type = stmt.int64(2) == kHistoryDelete ? EventType::kDelete : EventType::kPut;
+    event.created = stmt.int64(3) != 0;
+    event.record = Record{kind, std::string(key), stmt.string(4), stmt.int64(5), stmt.int64(0)};
+    events.push_back(std::move(event));
+  }
+  return events;
+}
+
 Result<std::unique_ptr<Store::WatchHandle>> SqliteStore::watch(const std::string& kind, const std::string& prefix,
                                                                int64_t from_revision, WatchCallbacks callbacks) {
   if (auto ok = internal::check_name("kind", kind); !ok) return ok.error();
@@ -874,41 +914,9 @@ Result<std::unique_ptr<Store::WatchHandle>> SqliteStore::watch(const std::string
   auto handle = hub_->handle(registration->watcher);  // cancels on every early return
   if (from_revision == 0) return handle;
 
-  auto reader = readers_.acquire();
-  if (!reader) return reader.error();
-  std::vector<Event> replay;
-  {
-    ReadTxn read(**reader);
-    if (auto ok = read.begin(); !ok) return ok.error();
-    auto meta = read.meta();
-    if (!meta) return meta.error();
-    if (from_revision < meta->compacted) {
-      return Error::of(ErrorCode::kGone, "revision", std::to_string(meta->revision),
-                       fmt::format("revision {} is older than the kept history (oldest kept: {}); resync from "
-                                   "revision {}: list at it, then watch from it",
-                                   from_revision, meta->compacted + 1, meta->revision));
-    }
-    if (from_revision < registration->published) {
-      Stmt& stmt = (*reader)->history;
-      ResetOnExit reset(stmt);
-      stmt.bind(1, from_revision);
-      stmt.bind(2, registration->published);
-      stmt.bind(3, kind);
-      while (true) {
-        int rc = stmt.step();
-        if (rc == SQLITE_DONE) break;
-        if (rc != SQLITE_ROW) return (*reader)->db->error(rc, "watch history");
-        std::string_view key = stmt.text(1);
-        if (!key.starts_with(prefix)) continue;
-        Event event;
-        event.type = stmt.int64(2) == kHistoryDelete ? EventType::kDelete : EventType::kPut;
-        event.created = stmt.int64(3) != 0;
-        event.record = Record{kind, std::string(key), stmt.string(4), stmt.int64(5), stmt.int64(0)};
-        replay.push_back(std::move(event));
-      }
-    }
-  }
-  hub_->ready(registration->watcher, std::move(replay));
+  auto replay = history(kind, prefix, from_revision, registration->published);
+  if (!replay) return replay.error();
+  hub_->ready(registration->watcher, std::move(*replay));
   return handle;
 }
 

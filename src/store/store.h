@@ -149,6 +149,13 @@ class Store {
   // Audit chain records with seq in [from_seq, from_seq + limit), in order.
   virtual Result<std::vector<AuditEntry>> audit_log(int64_t from_seq, int64_t limit) = 0;
 
+  // The changes to a kind (and key prefix) with revisions in (after_revision, up_to_revision], in
+  // revision order: what a watch from `after_revision` would replay. kGone ("resync from revision
+  // N") when `after_revision` is older than the kept history. (etcd: a watch from the revision,
+  // ended at the progress notification for `up_to_revision`.)
+  virtual Result<std::vector<Event>> history(const std::string& kind, const std::string& prefix,
+                                             int64_t after_revision, int64_t up_to_revision) = 0;
+
   // Watches a kind (and key prefix) for changes after `from_revision` (0 = from now on): first the
   // kept history after it, then live events, each exactly once and in revision order. A revision
   // older than the kept history gives kGone ("resync from revision N") from watch() itself.

@@ -2,6 +2,10 @@
 // to resync from when the asked revision is older than the kept history.
 #include <gmock/gmock.h>
 
+#include <atomic>
+#include <mutex>
+#include <thread>
+
 #include "fixtures.h"
 
 namespace cnlab::server::test_support {
@@ -71,6 +75,66 @@ TEST_F(WatchTest, AMemberWatchingJobsSeesOnlyTheirProjects) {
   });
   EXPECT_EQ(seen.find("\"nlp\""), std::string::npos);
   EXPECT_NE(seen.find(mine), std::string::npos);
+}
+
+
+// A node's agent watches with its credential: it hears of the jobs bound to its node, never of
+// another node's, and hears DELETED when one leaves it (here: the node goes silent and is Lost).
+TEST_F(WatchTest, ANodesWatchSeesOnlyItsOwnJobsAndHearsWhenOneLeaves) {
+  server_->stop(SIGTERM);
+  start_server({"--not-ready-after", "1s", "--lost-after", "2s"});
+  std::string silent = register_node("gpu-1", "h100", 8);
+  std::string alive = register_node("gpu-2", "h100", 8);
+  std::atomic<bool> done{false};
+  std::thread heartbeats([&] {
+    auto agent = server_->client(alive);
+    while (!done) {
+      (void)agent->request("PUT", "/v1/nodes/gpu-2/heartbeat", node_object("gpu-2", "h100", 8).dump());
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  });
+  struct Seen {
+    std::mutex mutex;
+    std::string text;
+  };
+  auto watch = [&](const std::string& credential, Seen& seen, const std::string& until) {
+    // A missing event ends the stream by the client's read timeout, not by hanging the test.
+    auto connected = net::Client::connect({server_->url(), server_->ca(), credential, std::chrono::seconds(20)});
+    if (!connected) throw std::runtime_error(connected.error().to_string());
+    std::shared_ptr<net::Client> agent = std::move(*connected);
+    int64_t revision = call(*agent, "GET", "/v1/jobs", 200)["revision"];
+    return std::thread([agent, revision, &seen, until, &done] {
+      (void)agent->stream("GET", "/v1/jobs?watch=1&revision=" + std::to_string(revision), [&](std::string_view chunk) {
+        std::lock_guard lock(seen.mutex);
+        seen.text += chunk;
+        return !done && seen.text.find(until) == std::string::npos;
+      });
+    });
+  };
+  Seen on_silent, on_alive;
+  std::thread w1 = watch(silent, on_silent, "\"DELETED\"");
+  std::thread w2 = watch(alive, on_alive, "never");
+  std::string a = call(*admin_, "POST", "/v1/jobs", 201, job_body("default", "h100x8"))["metadata"]["name"];
+  ASSERT_TRUE(wait_for_phase(*admin_, a, "Scheduled"));
+  std::string b = call(*admin_, "POST", "/v1/jobs", 201, job_body("default", "h100x8"))["metadata"]["name"];
+  ASSERT_TRUE(wait_for_phase(*admin_, b, "Scheduled"));
+  std::string node_a = get_job(*admin_, a)["status"]["placement"][0]["node"];
+  if (node_a == "gpu-2") std::swap(a, b);  // `a` is the job on the silent node
+  // gpu-1 goes Lost: its job is requeued (gpu-2 is full), and gpu-1's watch hears it leave.
+  ASSERT_TRUE(eventually([&] { return call(*admin_, "GET", "/v1/nodes/gpu-1", 200)["status"]["phase"] == "Lost"; },
+                         std::chrono::seconds(15)));
+  ASSERT_TRUE(wait_for_phase(*admin_, a, "Pending"));
+  w1.join();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  done = true;
+  (void)call(*admin_, "POST", "/v1/jobs/" + b + "/cancel", 200);  // one more event ends gpu-2's stream
+  w2.join();
+  heartbeats.join();
+  EXPECT_NE(on_silent.text.find(a), std::string::npos);
+  EXPECT_EQ(on_silent.text.find(b), std::string::npos) << "gpu-1's watch saw gpu-2's job";
+  EXPECT_NE(on_silent.text.find("\"DELETED\""), std::string::npos);
+  EXPECT_NE(on_alive.text.find(b), std::string::npos);
+  EXPECT_EQ(on_alive.text.find(a), std::string::npos) << "gpu-2's watch saw gpu-1's job";
 }
 
 }  // namespace

@@ -657,6 +657,30 @@ TEST_F(StoreTest, WatchFromAPrunedRevisionIsGoneNamingTheRevisionToResyncFrom) {
   EXPECT_EQ(revisions_of(collector.events()), range(16, 20));
 }
 
+TEST_F(StoreTest, HistoryReturnsOneKindsChangesInTheRevisionRangeAndGoneWhenPruned) {
+  auto store = open({.history_revisions = 5});
+  for (int i = 0; i < 8; ++i) ASSERT_TRUE(store->create("jobs", fmt::format("k{}", i), "{}"));  // 1..8
+  ASSERT_TRUE(store->create("nodes", "n", "{}"));                                                // 9
+  ASSERT_TRUE(store->remove("jobs", "k7", 8));                                                   // 10
+  auto events = store->history("jobs", "", 5, 10);
+  ASSERT_TRUE(events) << events.error().to_string();
+  EXPECT_EQ(revisions_of(*events), (std::vector<int64_t>{6, 7, 8, 10}));
+  EXPECT_EQ(events->back().type, EventType::kDelete);
+  EXPECT_EQ(events->back().record.key, "k7");
+  auto bounded = store->history("jobs", "", 5, 7);
+  ASSERT_TRUE(bounded);
+  EXPECT_EQ(revisions_of(*bounded), (std::vector<int64_t>{6, 7}));
+  auto prefixed = store->history("jobs", "k6", 0 + 5, 10);
+  ASSERT_TRUE(prefixed);
+  EXPECT_EQ(revisions_of(*prefixed), (std::vector<int64_t>{7}));
+
+  auto gone = store->history("jobs", "", 2, 10);
+  ASSERT_FALSE(gone);
+  EXPECT_EQ(gone.error().code, ErrorCode::kGone);
+  EXPECT_THAT(gone.error().message, HasSubstr("resync from revision 10"));
+  EXPECT_EQ(store->history("jo\x01s", "", 5, 10).error().field, "kind");
+}
+
 TEST_F(StoreTest, DestroyedWatchHandleGetsNoMoreEvents) {
   auto store = open();
   Collector stopped;
