@@ -1,6 +1,7 @@
 // The blocking client: one keep-alive connection, plain or TLS, driven by a private io_context so
 // that every operation has a timeout (beast::tcp_stream's expiry applies to asynchronous operations
 // only; each call starts one and runs the context until it completes).
+#include <atomic>
 #include <limits>
 #include <utility>
 
@@ -176,6 +177,7 @@ class ClientImpl final : public Client {
 
   Result<ClientResponse> request(const std::string& method, const std::string& target, const std::string& body,
                                  const std::map<std::string, std::string>& headers) override {
+    if (interrupted_) return unavailable("the client was interrupted");
     auto message = make_request(method, target, body, headers);
     for (int attempt = 0;; ++attempt) {
       bool retry = false;
@@ -208,8 +210,17 @@ class ClientImpl final : public Client {
     }
   }
 
+  void interrupt() override {
+    interrupted_.store(true);
+    // Runs on the thread inside ioc_.run() (or at the start of the next run): cancels what waits.
+    asio::post(ioc_, [this] {
+      if (tls_ || plain_) lowest().cancel();
+    });
+  }
+
   Result<int> stream(const std::string& method, const std::string& target,
                      const std::function<bool(std::string_view)>& on_chunk) override {
+    if (interrupted_) return unavailable("the client was interrupted");
     auto message = make_request(method, target, "", {});
     for (int attempt = 0;; ++attempt) {
       bool retry = false;
@@ -235,6 +246,10 @@ class ClientImpl final : public Client {
         if (ec) {
           close();
           return unavailable(method + " " + target + ": the stream broke off: " + ec.message());
+        }
+        if (interrupted_) {
+          close();
+          return unavailable("the client was interrupted");
         }
         size_t received = chunk_.size() - parser.get().body().size;
         if (received > 0 && !on_chunk(std::string_view(chunk_.data(), received))) {
@@ -325,6 +340,7 @@ class ClientImpl final : public Client {
   bool connected_ = false;
   bool reused_ = false;
   int completed_ = 0;  // responses read on this connection
+  std::atomic<bool> interrupted_{false};
 };
 
 }  // namespace

@@ -131,6 +131,10 @@ class Client {
   // response, `on_chunk` returns false, or the timeout passes with nothing received.
   virtual Result<int> stream(const std::string& method, const std::string& target,
                              const std::function<bool(std::string_view)>& on_chunk) = 0;
+  // The one thread-safe call: makes a request or stream waiting in another thread return
+  // kUnavailable soon, and every later call too (a client is interrupted for good: to stop a
+  // thread blocked on a watch).
+  virtual void interrupt() = 0;
 };
 
 }  // namespace cnlab::net

@@ -634,6 +634,34 @@ TEST(Stream, ClientThatDisconnectsMidStreamTriggersOnCloseOnce) {
   EXPECT_EQ(probe.closed.load(), 1);
 }
 
+TEST(Stream, InterruptFromAnotherThreadEndsAWaitingStreamAndLaterCalls) {
+  Pki pki;
+  StreamProbe probe;
+  auto server = start_tls(pki, [&](const Request& request) { return probe.handle(request); });
+  ASSERT_TRUE(server);
+  auto client = connect(*server, &pki);  // its timeout (seconds) is far longer than this test waits
+  ASSERT_TRUE(client);
+  std::atomic<bool> returned{false};
+  Result<int> status = 0;
+  std::thread reader([&] {
+    status = client->stream("GET", "/watch", [](std::string_view) { return true; });
+    returned = true;
+  });
+  auto stream = probe.stream(0);
+  ASSERT_TRUE(stream);
+  ASSERT_TRUE(stream->push("first\n"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(returned.load());  // waiting for more
+  client->interrupt();
+  EXPECT_TRUE(wait_until([&] { return returned.load(); }));
+  reader.join();
+  ASSERT_FALSE(status);
+  EXPECT_EQ(status.error().code, ErrorCode::kUnavailable);
+  auto later = client->request("GET", "/anything");
+  ASSERT_FALSE(later);
+  EXPECT_THAT(later.error().message, HasSubstr("interrupted"));
+}
+
 TEST(Stream, ReaderThatNeverReadsIsCutOffOnceItsBacklogPassesTheLimit) {
   StreamProbe probe;
   constexpr size_t kBacklog = 256 << 10;
