@@ -2,12 +2,17 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <string_view>
 
+#include "agent/agent.h"
+#include "agent/runtime/runtime.h"
 #include "cli/cli.h"
 #include "server/server.h"
 #include "sim/sim.h"
 
 int main(int argc, char** argv) {
+  // The shim a job runs under: single-threaded, so it is dispatched before anything starts.
+  if (argc > 1 && std::string_view(argv[1]) == "agent-shim") return cnlab::agent::shim_main(argc - 1, argv + 1);
   CLI::App app{"cnlab: a GPU-cluster platform that shares, schedules and moves GPU work"};
   app.require_subcommand(0, 1);
   app.set_help_all_flag("--help-all", "Show help for every role and command");
@@ -17,6 +22,7 @@ int main(int argc, char** argv) {
   cnlab::sim::add_sim_commands(app);
   cnlab::server::add_server_commands(app);
   cnlab::cli::add_client_commands(app);
+  cnlab::agent::add_agent_commands(app);
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,60 @@
+// src/agent/agent.h — the node agent (`cnlab agent`): the only header other modules include from
+// src/agent. It registers the node, heartbeats its GPUs' health, watches the jobs bound to it and
+// runs each under the process runtime (runtime/), with workspaces and artifacts (files/) and the
+// GPU backend (gpu/). It is a client of the server's public API with a node credential.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace cnlab::agent {
+
+struct AgentConfig {
+  std::string server;      // https://host:port
+  std::string ca_file;     // the CA the server's certificate chains to
+  std::string join_token;  // needed only until the node credential is stored
+  std::string data_dir;
+  std::string node_name;   // default: the host name
+  std::map<std::string, std::string> labels;
+  std::string simulate_gpus;  // "h100x8,l4x2": the simulated backend instead of NVML
+  std::string nvml_library = "libnvidia-ml.so.1";
+  std::vector<std::string> shim_command;  // how the runtime starts a job's shim
+  std::string run_as;      // the user jobs run as; empty: the agent's own user
+  bool use_cgroups = true;
+  bool use_namespaces = true;
+  std::string cgroup_parent = "cnlab";
+  int64_t cpu_milli = 0;   // 0: the machine's
+  int64_t memory_mib = 0;  // 0: the machine's
+  std::string address;     // reported to the server (a gang's MASTER_ADDR); default: the host name
+  std::string metrics_listen;  // "127.0.0.1:9402"; empty: no metrics endpoint
+  std::chrono::milliseconds heartbeat_interval{5000};
+  std::chrono::milliseconds stop_grace{10000};
+  int64_t workspace_cache_bytes = int64_t{10} << 30;
+};
+
+class Agent {
+ public:
+  // Registers (or reuses the stored credential), re-adopts the jobs an earlier agent left
+  // running, and starts heartbeating and watching. Fails on bad configuration or when the server
+  // refuses the node; an unreachable server is retried in the background.
+  static Result<std::unique_ptr<Agent>> start(const AgentConfig& config);
+  virtual ~Agent() = default;
+
+  virtual const std::string& node_name() const = 0;
+  virtual std::string metrics_url() const = 0;  // empty without a metrics endpoint
+  // Stops the agent. With `stop_jobs`, the running jobs are stopped first (and reported);
+  // without, they keep running and the next agent on this data directory adopts them.
+  virtual void stop(bool stop_jobs) = 0;
+};
+
+// `cnlab agent ...` and the hidden `cnlab agent-shim ...` the runtime starts jobs through.
+void add_agent_commands(CLI::App& app);
+
+}  // namespace cnlab::agent

@@ -1,0 +1,117 @@
+// `cnlab agent`: the node daemon's command line. Runs until SIGINT or SIGTERM; its jobs keep
+// running when it stops, and the next agent on the same --data-dir adopts them.
+#include <signal.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+
+#include "agent/agent.h"
+#include "common/time.h"
+
+namespace cnlab::agent {
+namespace {
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* value = std::getenv(name);
+  return value && *value ? value : fallback;
+}
+
+std::string self_executable() {
+  char path[PATH_MAX] = {};
+  ssize_t n = ::readlink("/proc/self/exe", path, sizeof(path) - 1);
+  return n > 0 ? std::string(path, static_cast<size_t>(n)) : "cnlab";
+}
+
+int fail(const Error& error) {
+  std::fprintf(stderr, "cnlab agent: %s\n", error.to_string().c_str());
+  return error.code == ErrorCode::kInvalidArgument ? 2 : 1;
+}
+
+struct AgentFlags {
+  AgentConfig config;
+  std::vector<std::string> labels;
+  std::string heartbeat = "5s";
+  std::string grace = "10s";
+  bool no_cgroups = false;
+  bool no_namespaces = false;
+  bool stop_jobs = false;
+};
+
+int run_agent(AgentFlags& flags) {
+  AgentConfig& config = flags.config;
+  if (config.server.empty()) config.server = env_or("CNLAB_SERVER", "");
+  if (config.ca_file.empty()) config.ca_file = env_or("CNLAB_CA", "");
+  if (config.join_token.empty()) config.join_token = env_or("CNLAB_JOIN_TOKEN", "");
+  for (const auto& label : flags.labels) {
+    auto eq = label.find('=');
+    if (eq == std::string::npos || eq == 0) return fail(Error::invalid_argument("--label", label, "expected KEY=VALUE"));
+    config.labels[label.substr(0, eq)] = label.substr(eq + 1);
+  }
+  auto heartbeat = parse_duration(flags.heartbeat, "--heartbeat-interval");
+  if (!heartbeat) return fail(heartbeat.error());
+  auto grace = parse_duration(flags.grace, "--stop-grace");
+  if (!grace) return fail(grace.error());
+  config.heartbeat_interval = std::chrono::duration_cast<std::chrono::milliseconds>(*heartbeat);
+  config.stop_grace = std::chrono::duration_cast<std::chrono::milliseconds>(*grace);
+  config.use_cgroups = !flags.no_cgroups;
+  config.use_namespaces = !flags.no_namespaces;
+  config.shim_command = {self_executable(), "agent-shim"};
+
+  spdlog::set_default_logger(spdlog::stderr_color_mt("cnlab-agent"));
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+  auto agent = Agent::start(config);
+  if (!agent) return fail(agent.error());
+  std::printf("agent %s running%s%s\n", (*agent)->node_name().c_str(),
+              (*agent)->metrics_url().empty() ? "" : "; metrics on ", (*agent)->metrics_url().c_str());
+  std::fflush(stdout);
+  int received = 0;
+  sigwait(&signals, &received);
+  spdlog::info("stopping signal={}", received);
+  (*agent)->stop(flags.stop_jobs);
+  return 0;
+}
+
+}  // namespace
+
+void add_agent_commands(CLI::App& app) {
+  auto flags = std::make_shared<AgentFlags>();
+  AgentConfig& c = flags->config;
+  auto* cmd = app.add_subcommand("agent", "Run the node agent: register this machine's GPUs and run the jobs bound to it");
+  cmd->footer(
+      "Example:\n  cnlab agent --server https://cp:8443 --ca ca.pem --join-token $(cat join.token) --data-dir /var/lib/cnlab-agent\n"
+      "  cnlab agent --server https://127.0.0.1:8443 --join-token T --data-dir /tmp/a --simulate-gpus h100x8,l4x2\n"
+      "CNLAB_SERVER, CNLAB_CA and CNLAB_JOIN_TOKEN stand in for the flags.");
+  cmd->add_option("--server", c.server, "The control plane's URL (env CNLAB_SERVER)");
+  cmd->add_option("--ca", c.ca_file, "The CA the server's certificate chains to (env CNLAB_CA)");
+  cmd->add_option("--join-token", c.join_token, "A join token; needed until the node credential is stored (env CNLAB_JOIN_TOKEN)");
+  cmd->add_option("--data-dir", c.data_dir, "Where the agent keeps its credential, jobs and workspace cache")->required();
+  cmd->add_option("--name", c.node_name, "The node's name (default: the host name)");
+  cmd->add_option("--label", flags->labels, "A node label KEY=VALUE (repeatable)");
+  cmd->add_option("--simulate-gpus", c.simulate_gpus, "Simulated GPUs instead of NVML, e.g. h100x8,l4x2 (for machines without GPUs)");
+  cmd->add_option("--nvml-library", c.nvml_library, "The NVML library to load")->capture_default_str();
+  cmd->add_option("--run-as", c.run_as, "The unprivileged user jobs run as (default: the agent's own user)");
+  cmd->add_flag("--no-cgroups", flags->no_cgroups, "Run jobs without cgroups (no CPU, memory or pids limits)");
+  cmd->add_flag("--no-namespaces", flags->no_namespaces, "Run jobs without their own PID, mount, IPC and UTS namespaces");
+  cmd->add_option("--cgroup-parent", c.cgroup_parent, "The cgroup jobs' cgroups go under")->capture_default_str();
+  cmd->add_option("--cpu-milli", c.cpu_milli, "Host CPU offered to jobs, in thousandths of a core (default: all)");
+  cmd->add_option("--memory-mib", c.memory_mib, "Host memory offered to jobs, in MiB (default: all)");
+  cmd->add_option("--address", c.address, "The address other nodes reach this one at (a gang's MASTER_ADDR; default: the host name)");
+  c.metrics_listen = "127.0.0.1:9402";
+  cmd->add_option("--metrics-listen", c.metrics_listen, "Where /metrics is served (plain HTTP, loopback only; \"\" for none)")
+      ->capture_default_str();
+  cmd->add_option("--heartbeat-interval", flags->heartbeat, "How often the node reports")->capture_default_str();
+  cmd->add_option("--stop-grace", flags->grace, "SIGTERM to SIGKILL when a job is cancelled or pre-empted")->capture_default_str();
+  cmd->add_flag("--stop-jobs-on-exit", flags->stop_jobs, "Stop the running jobs when the agent stops (default: they keep running and are adopted)");
+  cmd->callback([flags] { std::exit(run_agent(*flags)); });
+}
+
+}  // namespace cnlab::agent

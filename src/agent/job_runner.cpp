@@ -1,0 +1,521 @@
+#include "agent/job_runner.h"
+
+#include <fcntl.h>
+#include <ftw.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "agent/job_env.h"
+#include "common/time.h"
+
+namespace cnlab::agent {
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr size_t kMaxLinesPerPost = 5000;
+constexpr size_t kMaxBytesPerPost = 512 << 10;  // well under the server's 1 MiB JSON body limit
+constexpr size_t kMaxMessageBytes = 1000;
+
+std::string now_text() {
+  return format_rfc3339(std::chrono::time_point_cast<std::chrono::seconds>(std::chrono::system_clock::now()));
+}
+
+// Percent-encodes an artifact path for a URL, keeping '/' between segments.
+std::string encode_path(std::string_view path) {
+  std::string out;
+  for (unsigned char c : path) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || c == '/') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out += fmt::format("%{:02X}", c);
+    }
+  }
+  return out;
+}
+
+// Hands the job's directories to the user it runs as (links are changed, never followed).
+uid_t chown_uid;
+gid_t chown_gid;
+int chown_entry(const char* path, const struct stat*, int, struct FTW*) {
+  (void)::lchown(path, chown_uid, chown_gid);
+  return 0;
+}
+std::mutex chown_mutex;  // nftw's callback has no context pointer
+void chown_tree(const fs::path& dir, uid_t uid, gid_t gid) {
+  std::lock_guard lock(chown_mutex);
+  chown_uid = uid;
+  chown_gid = gid;
+  ::nftw(dir.c_str(), chown_entry, 32, FTW_PHYS);
+}
+
+Result<std::string> read_fd(int fd) {
+  std::string out;
+  char buffer[64 << 10];
+  while (true) {
+    ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Error::internal(std::string("read failed: ") + std::strerror(errno));
+    if (n == 0) return out;
+    out.append(buffer, static_cast<size_t>(n));
+  }
+}
+
+std::string truncate(std::string text) {
+  if (text.size() > kMaxMessageBytes) text.resize(kMaxMessageBytes);
+  return text;
+}
+
+bool is_gone(const Error& error) {
+  return error.code == ErrorCode::kNotFound || error.code == ErrorCode::kConflict ||
+         error.code == ErrorCode::kPermissionDenied;
+}
+
+}  // namespace
+
+JobRunner::JobRunner(const RunnerContext& context, model::Job job, fs::path dir, Mode mode)
+    : context_(context),
+      job_id_(job.meta.name),
+      dir_(std::move(dir)),
+      mode_(mode),
+      api_(context.server, context.token()),
+      job_(std::move(job)) {}
+
+JobRunner::~JobRunner() {
+  detach();
+  if (thread_.joinable()) thread_.join();
+  if (stopper_.joinable()) stopper_.join();
+}
+
+std::shared_ptr<JobRunner> JobRunner::launch(const RunnerContext& context, model::Job job) {
+  fs::path dir = context.jobs_dir / cgroup_name_for(job.meta.name);
+  std::shared_ptr<JobRunner> runner(new JobRunner(context, std::move(job), dir, Mode::kLaunch));
+  runner->thread_ = std::thread([r = runner.get()] { r->run(); });
+  return runner;
+}
+
+std::shared_ptr<JobRunner> JobRunner::report_lost(const RunnerContext& context, model::Job job) {
+  std::shared_ptr<JobRunner> runner(new JobRunner(context, std::move(job), fs::path(), Mode::kLost));
+  runner->thread_ = std::thread([r = runner.get()] { r->run(); });
+  return runner;
+}
+
+Result<std::shared_ptr<JobRunner>> JobRunner::adopt(const RunnerContext& context, const fs::path& dir) {
+  std::ifstream in(dir / "runner.json");
+  if (!in) return Error::not_found("dir", dir.string(), "no runner.json: not a job directory");
+  std::stringstream text;
+  text << in.rdbuf();
+  Json state = Json::parse(text.str(), nullptr, false);
+  if (!state.is_object() || !state.contains("job")) {
+    return Error::invalid_argument("runner.json", (dir / "runner.json").string(), "not a runner state");
+  }
+  auto job = model::job_from_json(state["job"]);
+  if (!job) return job.error();
+  if (!fs::exists(dir / "run" / "spec.json")) {
+    // It never started: start it again from scratch.
+    (void)safe_remove_tree(dir.string());
+    return launch(context, std::move(*job));
+  }
+  auto handle = context.runtime->adopt(dir / "run");
+  if (!handle) return handle.error();
+  std::shared_ptr<JobRunner> runner(new JobRunner(context, std::move(*job), dir, Mode::kAdopt));
+  runner->handle_ = *handle;
+  runner->acked_.seq = state.value("acked_seq", uint64_t{0});
+  runner->acked_.offset = state.value("acked_offset", uint64_t{0});
+  runner->reported_running_ = state.value("reported_running", false);
+  runner->running_ = handle->status().state == JobState::kRunning;
+  runner->thread_ = std::thread([r = runner.get()] { r->run(); });
+  return runner;
+}
+
+void JobRunner::update(const model::Job& job) {
+  std::lock_guard lock(mutex_);
+  job_ = job;
+}
+
+void JobRunner::request_stop(StopReason reason) {
+  std::lock_guard lock(mutex_);
+  // Gone wins over cancelled: a job taken off the node is not reported.
+  if (stop_reason_ == StopReason::kNone || reason == StopReason::kGone) stop_reason_ = reason;
+  wake_.notify_all();
+}
+
+void JobRunner::detach() {
+  detached_ = true;
+  api_.interrupt();
+  std::lock_guard lock(mutex_);
+  wake_.notify_all();
+}
+
+model::NodeBinding JobRunner::binding() const {
+  std::lock_guard lock(mutex_);
+  for (const auto& b : job_.status.placement) {
+    if (b.node == context_.node) return b;
+  }
+  return {};
+}
+
+std::string JobRunner::project() const {
+  std::lock_guard lock(mutex_);
+  return job_.spec.project;
+}
+
+bool JobRunner::pause(std::chrono::milliseconds duration) {
+  std::unique_lock lock(mutex_);
+  wake_.wait_for(lock, duration, [&] { return detached_.load(); });
+  return !detached_;
+}
+
+void JobRunner::run() {
+  if (mode_ == Mode::kLost) {
+    report("Failed", std::nullopt, std::nullopt,
+           fmt::format("node {} has no record of this job's process (lost across an agent or node restart)",
+                       context_.node));
+    finished_ = true;
+    return;
+  }
+  if (mode_ == Mode::kLaunch && !prepare_and_start()) {
+    finished_ = true;
+    return;
+  }
+  supervise();
+}
+
+Status JobRunner::save_state() {
+  Json state;
+  {
+    std::lock_guard lock(mutex_);
+    state = {{"job", model::to_json(job_)},
+             {"acked_seq", acked_.seq},
+             {"acked_offset", acked_.offset},
+             {"reported_running", reported_running_}};
+  }
+  std::string text = state.dump();
+  fs::path temp = dir_ / "runner.json.tmp";
+  {
+    std::ofstream out(temp, std::ios::trunc);
+    out << text;
+    if (!out) return Error::internal("cannot write " + temp.string());
+  }
+  std::error_code ec;
+  fs::rename(temp, dir_ / "runner.json", ec);
+  if (ec) return Error::internal("cannot write " + (dir_ / "runner.json").string() + ": " + ec.message());
+  return Status::ok();
+}
+
+bool JobRunner::prepare_and_start() {
+  model::Job job;
+  {
+    std::lock_guard lock(mutex_);
+    job = job_;
+  }
+  auto fail = [&](const std::string& message) {
+    spdlog::warn("job not started job=\"{}\" error=\"{}\"", job_id_, message);
+    if (context_.counters) ++context_.counters->start_failures;
+    note(message);
+    report("Failed", std::nullopt, std::nullopt, truncate(message));
+    (void)safe_remove_tree(dir_.string());
+    return false;
+  };
+  if (job.status.cancel_requested) {
+    report("Failed", std::nullopt, std::nullopt, "cancelled before it started");
+    return false;
+  }
+  std::error_code ec;
+  if (fs::exists(dir_, ec)) (void)safe_remove_tree(dir_.string());  // a start that died half-way
+  fs::create_directories(dir_, ec);
+  if (ec) return fail("cannot create " + dir_.string() + ": " + ec.message());
+  ::chmod(dir_.c_str(), 0711);  // the job's user passes through to its own directories only
+  if (auto saved = save_state(); !saved) return fail(saved.error().message);
+
+  fs::path work = dir_ / "work", artifacts = dir_ / "artifacts", checkpoint = dir_ / "checkpoint";
+  if (job.spec.workspace) {
+    const std::string& digest = job.spec.workspace->digest;
+    auto fetch = [&](const std::string& temp) -> Status {
+      auto response = api_.raw("GET", "/v1/workspaces/" + digest);
+      if (!response) return response.error();
+      if (response->status != 200) return error_from_response(response->status, response->body, "GET workspace");
+      std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+      out.write(response->body.data(), static_cast<std::streamsize>(response->body.size()));
+      if (!out) return Error::internal("cannot write " + temp);
+      return Status::ok();
+    };
+    auto unpacked = context_.workspaces->unpack_to(digest, fetch, work.string());
+    if (!unpacked) return fail("workspace " + digest + ": " + unpacked.error().to_string());
+  } else {
+    fs::create_directories(work, ec);
+  }
+  fs::create_directories(artifacts, ec);
+  fs::create_directories(checkpoint, ec);
+  if (ec) return fail("cannot create the job's directories under " + dir_.string() + ": " + ec.message());
+  for (const auto& d : {work, artifacts, checkpoint}) ::chmod(d.c_str(), 0700);
+  if (context_.run_as_uid) {
+    for (const auto& d : {work, artifacts, checkpoint}) chown_tree(d, *context_.run_as_uid, context_.run_as_gid.value_or(0));
+  }
+  fs::path working_dir = work / job.spec.working_dir;
+  if (!fs::is_directory(working_dir, ec)) {
+    return fail(fmt::format("working_dir \"{}\" is not a directory in the workspace", job.spec.working_dir));
+  }
+
+  // This node's part of the placement, and where rank 0 is.
+  int rank = -1;
+  for (size_t i = 0; i < job.status.placement.size(); ++i) {
+    if (job.status.placement[i].node == context_.node) rank = static_cast<int>(i);
+  }
+  if (rank < 0) return fail("the job is not bound to node " + context_.node);
+  const model::NodeBinding& binding = job.status.placement[static_cast<size_t>(rank)];
+  bool simulated = context_.gpus->kind() == "simulated";
+  auto devices = visible_devices(binding, context_.gpus->gpus(), simulated);
+  if (!devices) return fail(devices.error().to_string());
+  JobEnvInput env;
+  env.node = context_.node;
+  env.rank = rank;
+  env.nodes = static_cast<int>(job.status.placement.size());
+  if (env.nodes > 1) env.master_address = context_.node_address(job.status.placement.front().node);
+  env.devices = *devices;
+  env.simulated = simulated;
+  env.home = work.string();
+  env.artifacts_dir = artifacts.string();
+  env.checkpoint_dir = checkpoint.string();
+
+  ProcessSpec spec;
+  spec.job_id = job_id_;
+  spec.argv = job.spec.command;
+  spec.env = job_environment(job, env);
+  spec.working_dir = working_dir.string();
+  spec.limits.cpu_milli = job.spec.cpu_milli;
+  spec.limits.memory_bytes = job.spec.memory_mib * (int64_t{1} << 20);
+  spec.job_dir = dir_ / "run";
+  spec.run_as = context_.run_as;
+  auto handle = context_.runtime->start(spec);
+  if (!handle) return fail("could not start " + (spec.argv.empty() ? "" : spec.argv[0]) + ": " + handle.error().message);
+  handle_ = *handle;
+  running_ = true;
+  if (context_.counters) ++context_.counters->jobs_started;
+  spdlog::info("job started job=\"{}\" node=\"{}\" devices=\"{}\" cgroups={} namespaces={}", job_id_, context_.node,
+               fmt::join(*devices, ","), to_string(handle->isolation().cgroups), handle->isolation().namespaces);
+  (void)save_state();
+  return true;
+}
+
+void JobRunner::supervise() {
+  Result<OutputReader> reader = Error::internal("not opened");
+  for (int attempt = 0; !detached(); ++attempt) {
+    reader = OutputReader::open(handle_->output_path(), acked_);
+    if (reader) break;
+    if (attempt == 50) {
+      spdlog::error("job output unreadable job=\"{}\" error=\"{}\"", job_id_, reader.error().to_string());
+      break;
+    }
+    pause(100ms);
+  }
+  if (!reported_running_ && !detached()) {
+    if (report("Running", std::nullopt, std::nullopt, "")) {
+      reported_running_ = true;
+      (void)save_state();
+    } else if (!detached()) {
+      request_stop(StopReason::kGone);
+    }
+  }
+  while (!detached()) {
+    StopReason reason;
+    {
+      std::lock_guard lock(mutex_);
+      reason = stop_reason_;
+    }
+    if (reason != StopReason::kNone && !stop_sent_.exchange(true)) {
+      spdlog::info("job stopping job=\"{}\" reason={}", job_id_, reason == StopReason::kCancelled ? "cancelled" : "gone");
+      stopper_ = std::thread([handle = *handle_, grace = context_.stop_grace] { (void)handle.stop(grace); });
+    }
+    if (reader && !ship_logs(*reader, false)) request_stop(StopReason::kGone);
+    JobStatus status = handle_->status();
+    if (status.state != JobState::kRunning) {
+      if (reader) (void)ship_logs(*reader, true);
+      finish(status);
+      return;
+    }
+    if (reader) {
+      reader->wait(100ms);
+    } else {
+      pause(100ms);
+    }
+  }
+}
+
+bool JobRunner::ship_logs(OutputReader& reader, bool until_end) {
+  while (!detached()) {
+    auto lines = reader.read(kMaxLinesPerPost);
+    if (!lines) {
+      spdlog::error("job output unreadable job=\"{}\" error=\"{}\"", job_id_, lines.error().to_string());
+      return true;
+    }
+    if (lines->empty()) return true;
+    Json batch = Json::array();
+    size_t bytes = 0;
+    for (const auto& line : *lines) {
+      bytes += line.text.size() + 64;
+      if (line.stream == OutputStream::kStderr && !line.text.empty()) last_stderr_ = line.text;
+      batch.push_back({{"seq", line.seq},
+                       {"stream", std::string(to_string(line.stream))},
+                       {"time", format_rfc3339(std::chrono::time_point_cast<std::chrono::seconds>(line.time))},
+                       {"text", line.text}});
+      if (bytes > kMaxBytesPerPost) {
+        // Post what is gathered; the rest of this read is re-read from the cursor next time.
+        if (!post_lines(batch, batch.size())) return false;
+        acked_ = line.cursor;
+        (void)save_state();
+        batch = Json::array();
+        bytes = 0;
+      }
+    }
+    if (!batch.empty()) {
+      if (!post_lines(batch, batch.size())) return false;
+      acked_ = lines->back().cursor;
+      (void)save_state();
+    }
+    if (!until_end && lines->size() < kMaxLinesPerPost) return true;
+  }
+  return true;
+}
+
+bool JobRunner::post_lines(const Json& lines, size_t count) {
+  std::string body = Json{{"lines", lines}}.dump(-1, ' ', false, Json::error_handler_t::replace);
+  auto backoff = 100ms;
+  while (!detached()) {
+    auto posted = api_.call("POST", "/v1/jobs/" + job_id_ + "/logs", body);
+    if (posted) {
+      if (context_.counters) context_.counters->log_lines_shipped += count;
+      return true;
+    }
+    if (is_gone(posted.error())) return false;
+    if (posted.error().code == ErrorCode::kTooLarge) {
+      spdlog::warn("job log over its limit job=\"{}\" error=\"{}\"", job_id_, posted.error().to_string());
+      return true;  // drop: the server keeps no more of this job's log
+    }
+    spdlog::warn("log shipping retries job=\"{}\" error=\"{}\"", job_id_, posted.error().to_string());
+    pause(backoff);
+    backoff = std::min<std::chrono::milliseconds>(backoff * 2, 5s);
+  }
+  return false;
+}
+
+void JobRunner::note(const std::string& text) {
+  uint64_t seq = std::max(acked_.seq, next_note_seq_) + 1;
+  next_note_seq_ = seq;
+  Json lines = Json::array({{{"seq", seq}, {"stream", "stderr"}, {"time", now_text()}, {"text", "cnlab: " + text}}});
+  (void)post_lines(lines, 1);
+}
+
+void JobRunner::upload_artifacts() {
+  fs::path dir = dir_ / "artifacts";
+  auto set = collect_artifacts(dir.string());
+  if (!set) {
+    if (set.error().code != ErrorCode::kNotFound) note("artifacts not collected: " + set.error().to_string());
+    return;
+  }
+  for (const auto& skipped : set->skipped) note("artifact " + skipped.path + " not uploaded: " + skipped.reason);
+  if (set->skipped_count > static_cast<int64_t>(set->skipped.size())) {
+    note(fmt::format("{} more artifacts not uploaded", set->skipped_count - static_cast<int64_t>(set->skipped.size())));
+  }
+  for (const auto& artifact : set->files) {
+    auto fd = open_artifact(dir.string(), artifact.path);
+    if (!fd) {
+      note("artifact " + artifact.path + " not uploaded: " + fd.error().to_string());
+      continue;
+    }
+    auto content = read_fd(fd->get());
+    if (!content) {
+      note("artifact " + artifact.path + " not uploaded: " + content.error().message);
+      continue;
+    }
+    std::string target = "/v1/jobs/" + job_id_ + "/artifacts/" + encode_path(artifact.path);
+    for (int attempt = 0; attempt < 5 && !detached(); ++attempt) {
+      auto put = api_.call("PUT", target, *content, {{"Content-Type", "application/octet-stream"}});
+      if (put) {
+        if (context_.counters) ++context_.counters->artifacts_uploaded;
+        break;
+      }
+      if (put.error().code != ErrorCode::kUnavailable) {
+        note("artifact " + artifact.path + " not uploaded: " + put.error().message);
+        break;
+      }
+      pause(std::chrono::milliseconds(200 << attempt));
+    }
+  }
+}
+
+bool JobRunner::report(const std::string& phase, std::optional<int> exit_code, std::optional<int> signal,
+                       const std::string& message) {
+  Json body = {{"phase", phase}};
+  if (exit_code) body["exit_code"] = *exit_code;
+  if (signal) body["signal"] = *signal;
+  if (!message.empty()) body["message"] = message;
+  auto backoff = 100ms;
+  std::mt19937 jitter(std::random_device{}());
+  while (!detached()) {
+    auto answer = api_.call("PUT", "/v1/jobs/" + job_id_ + "/status", body.dump());
+    if (answer) return true;
+    if (is_gone(answer.error()) || answer.error().code == ErrorCode::kInvalidArgument) {
+      spdlog::info("job status not taken job=\"{}\" phase={} error=\"{}\"", job_id_, phase, answer.error().to_string());
+      return false;
+    }
+    pause(backoff + std::chrono::milliseconds(jitter() % 100));
+    backoff = std::min<std::chrono::milliseconds>(backoff * 2, 5s);
+  }
+  return false;
+}
+
+void JobRunner::finish(const JobStatus& status) {
+  running_ = false;
+  if (stopper_.joinable()) stopper_.join();
+  StopReason reason;
+  int64_t memory_mib;
+  {
+    std::lock_guard lock(mutex_);
+    reason = stop_reason_;
+    memory_mib = job_.spec.memory_mib;
+  }
+  spdlog::info("job ended job=\"{}\" state={} exit_code={} signal={} oom_killed={} stop={}", job_id_,
+               to_string(status.state), status.exit_code.value_or(-1), status.signal.value_or(0), status.oom_killed,
+               reason == StopReason::kNone ? "none" : reason == StopReason::kCancelled ? "cancelled" : "gone");
+  if (reason != StopReason::kGone) {
+    upload_artifacts();
+    std::string phase = "Failed", message;
+    if (status.state == JobState::kLost) {
+      message = "the job's supervisor on " + context_.node + " died: " + status.error;
+    } else if (status.oom_killed) {
+      message = fmt::format("OOMKilled: the job used more than its memory limit of {} MiB", memory_mib);
+    } else if (status.exit_code == 0) {
+      phase = "Succeeded";
+    } else if (status.exit_code) {
+      message = last_stderr_.empty() ? fmt::format("exit code {}", *status.exit_code) : last_stderr_;
+    } else if (status.signal) {
+      message = status.stopped || reason == StopReason::kCancelled
+                    ? fmt::format("stopped (signal {})", *status.signal)
+                    : fmt::format("killed by signal {}", *status.signal);
+    } else if (!status.error.empty()) {
+      message = status.error;
+    }
+    if (!detached()) {
+      report(phase, status.exit_code, status.signal, truncate(message));
+    }
+  }
+  if (detached()) return;  // the next agent finishes the job's bookkeeping
+  if (auto removed = safe_remove_tree(dir_.string()); !removed) {
+    spdlog::warn("job directory not removed job=\"{}\" error=\"{}\"", job_id_, removed.error().to_string());
+  }
+  if (context_.counters) ++context_.counters->jobs_finished;
+  finished_ = true;
+}
+
+}  // namespace cnlab::agent

@@ -1,0 +1,131 @@
+// One job on this node, from its binding to its end: fetch the workspace, start the process under
+// the runtime, report it Running, ship its output line by line, stop it when it is cancelled or
+// taken off the node, and at the end upload its artifacts, report how it ended and remove its
+// files. Each runner is a thread of its own with its own connection to the server.
+//
+// Everything it needs to carry on after an agent restart is on disk under its directory
+// (`<data-dir>/jobs/<name>/`): runner.json (the job, the output cursor the server has
+// acknowledged, whether Running was reported), run/ (the runtime's job directory: output, exit
+// status), work/ (the workspace, the job's home), artifacts/, checkpoint/.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <optional>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "agent/files/files.h"
+#include "agent/gpu/gpu.h"
+#include "agent/runtime/runtime.h"
+#include "agent/server_api.h"
+#include "model/job.h"
+
+namespace cnlab::agent {
+
+// Counters every runner adds to, for the agent's /metrics.
+struct RunnerCounters {
+  std::atomic<uint64_t> jobs_started{0};
+  std::atomic<uint64_t> jobs_finished{0};
+  std::atomic<uint64_t> log_lines_shipped{0};
+  std::atomic<uint64_t> artifacts_uploaded{0};
+  std::atomic<uint64_t> start_failures{0};
+};
+
+// What runners share; set up by the agent and outliving every runner.
+struct RunnerContext {
+  std::string node;
+  std::filesystem::path jobs_dir;  // <data-dir>/jobs
+  ServerAddress server;
+  std::function<std::string()> token;  // the node credential (it may be renewed)
+  Runtime* runtime = nullptr;
+  GpuBackend* gpus = nullptr;
+  WorkspaceCache* workspaces = nullptr;
+  RunAs run_as;
+  std::optional<uint32_t> run_as_uid, run_as_gid;  // resolved, for chown of the job's directories
+  std::chrono::milliseconds stop_grace{10000};
+  // Resolves a node name to the host its agent reported (a gang's MASTER_ADDR).
+  std::function<std::string(const std::string& node)> node_address;
+  RunnerCounters* counters = nullptr;
+};
+
+class JobRunner {
+ public:
+  enum class StopReason {
+    kNone,
+    kCancelled,  // the user cancelled: stop it and report how it ended (the server says Cancelled)
+    kGone,       // taken off this node (pre-empted, requeued) or ended elsewhere: stop, report nothing
+  };
+
+  // Starts a runner for a job just bound here.
+  static std::shared_ptr<JobRunner> launch(const RunnerContext& context, model::Job job);
+  // Carries on with a job found on disk after an agent restart; kNotFound when `dir` holds none.
+  static Result<std::shared_ptr<JobRunner>> adopt(const RunnerContext& context, const std::filesystem::path& dir);
+  // For a job the server says is Running here but this node has no trace of: reports it Failed.
+  static std::shared_ptr<JobRunner> report_lost(const RunnerContext& context, model::Job job);
+
+  ~JobRunner();
+
+  const std::string& job_id() const { return job_id_; }
+  // The job's current record as this node last heard it.
+  void update(const model::Job& job);
+  void request_stop(StopReason reason);
+  // Stops the thread without touching the job (agent shutdown: the job keeps running and is
+  // adopted by the next agent).
+  void detach();
+  bool finished() const { return finished_.load(); }
+
+  // For metrics: the binding on this node (empty until known) and whether the process runs.
+  model::NodeBinding binding() const;
+  std::string project() const;
+  bool running() const { return running_.load(); }
+
+ private:
+  enum class Mode { kLaunch, kAdopt, kLost };
+  JobRunner(const RunnerContext& context, model::Job job, std::filesystem::path dir, Mode mode);
+  void run();
+  // The steps of run(); each returns false when the runner should stop where it is.
+  bool prepare_and_start();
+  void supervise();
+  void finish(const JobStatus& status);
+  bool report(const std::string& phase, std::optional<int> exit_code, std::optional<int> signal,
+              const std::string& message);
+  bool ship_logs(OutputReader& reader, bool until_end);
+  bool post_lines(const Json& lines, size_t count);
+  void note(const std::string& text);  // a line in the job's log from the agent itself
+  void upload_artifacts();
+  Status save_state();
+  // Sleeps up to `duration` or until detached; false when detached.
+  bool pause(std::chrono::milliseconds duration);
+  bool detached() const { return detached_.load(); }
+
+  RunnerContext context_;
+  const std::string job_id_;
+  const std::filesystem::path dir_;
+  Mode mode_;
+  ServerApi api_;
+
+  mutable std::mutex mutex_;
+  model::Job job_;
+  StopReason stop_reason_ = StopReason::kNone;
+  std::condition_variable wake_;
+
+  std::optional<JobHandle> handle_;
+  OutputCursor acked_;            // what the server has stored
+  uint64_t next_note_seq_ = 0;    // agent notes continue after the output's records
+  bool reported_running_ = false;
+  std::string last_stderr_;       // for the message of a failed job
+  std::thread stopper_;
+  std::atomic<bool> stop_sent_{false};
+  std::atomic<bool> running_{false};
+  std::atomic<bool> finished_{false};
+  std::atomic<bool> detached_{false};
+  std::thread thread_;
+};
+
+}  // namespace cnlab::agent

@@ -1,0 +1,881 @@
+// The agent's side of the runtime: detection, start (through the shim), adopt, status, signals
+// and stop.
+#include "agent/runtime/runtime.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <pwd.h>
+#include <sched.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/inotify.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "agent/runtime/cgroups.h"
+#include "agent/runtime/job_files.h"
+#include "agent/runtime/output_format.h"
+#include "common/json_reader.h"
+#include "common/strings.h"
+
+extern char** environ;
+
+namespace cnlab::agent {
+
+namespace fs = std::filesystem;
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+// Everything a handle needs, fixed when the job is started or adopted.
+struct JobRecord {
+  std::string job_id;
+  fs::path job_dir;
+  RuntimeCapabilities isolation;
+  cgroups::JobCgroup cgroup;
+  bool namespaces = false;
+  pid_t shim_pid = 0;
+  uint64_t shim_start_time = 0;
+  pid_t job_pid = 0;
+  uint64_t job_start_time = 0;
+  std::string no_state_reason;  // set when adopt() found no state.json
+};
+
+namespace {
+
+constexpr size_t kMaxCgroupName = 64;
+constexpr size_t kMaxHostname = 63;
+constexpr milliseconds kWaitStep{50};  // how often wait() re-checks that the shim is alive
+constexpr milliseconds kRemoveTimeout{1000};
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+// Shims this process started are its children until they exit: they must be reaped, or each
+// finished job would leave a zombie in the agent. Process-wide, because handles outlive the
+// Runtime that started them. pidfds, not pids: a pidfd names its process even after another part
+// of the agent has reaped it (waitpid(-1)) and the pid was reused.
+class ShimReaper {
+ public:
+  static ShimReaper& instance() {
+    static ShimReaper reaper;
+    return reaper;
+  }
+  void track(pid_t pid) {
+    const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+    if (fd < 0) return;  // pre-5.3 kernel: the shim is left to the process's own reaping
+    ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+    std::lock_guard lock(mutex_);
+    pidfds_.push_back(fd);
+  }
+  void reap() {
+    std::lock_guard lock(mutex_);
+    std::erase_if(pidfds_, [](int fd) {
+      siginfo_t info{};
+      const int rc = ::waitid(P_PIDFD, static_cast<id_t>(fd), &info, WEXITED | WNOHANG);
+      // Reaped now (si_pid set), or already by someone else (ECHILD): either way, done.
+      if ((rc == 0 && info.si_pid != 0) || (rc != 0 && errno == ECHILD)) {
+        ::close(fd);
+        return true;
+      }
+      return false;
+    });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<int> pidfds_;
+};
+
+bool allowed_name_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+}
+
+uint32_t fnv1a(std::string_view text) {
+  uint32_t hash = 2166136261u;
+  for (unsigned char c : text) {
+    hash ^= c;
+    hash *= 16777619u;
+  }
+  return hash;
+}
+
+bool valid_utf8(std::string_view text) {
+  std::string sanitized;
+  output::append_utf8_sanitized(sanitized, text);
+  return sanitized.size() == text.size();
+}
+
+Status check_text(std::string_view field, std::string_view value) {
+  if (value.find('\0') != std::string_view::npos) {
+    return Error::invalid_argument(std::string(field), std::string(value), "must not contain NUL bytes");
+  }
+  if (!valid_utf8(value)) return Error::invalid_argument(std::string(field), "", "must be valid UTF-8");
+  return {};
+}
+
+Status validate(const ProcessSpec& spec) {
+  if (spec.job_id.empty()) return Error::invalid_argument("job_id", "", "required");
+  if (spec.argv.empty()) return Error::invalid_argument("argv", "[]", "a command is required");
+  if (spec.argv[0].empty()) return Error::invalid_argument("argv[0]", "", "a program name or path is required");
+  for (size_t i = 0; i < spec.argv.size(); ++i) {
+    if (auto s = check_text(fmt::format("argv[{}]", i), spec.argv[i]); !s) return s;
+  }
+  for (size_t i = 0; i < spec.env.size(); ++i) {
+    const std::string field = fmt::format("env[{}]", i);
+    if (auto s = check_text(field, spec.env[i]); !s) return s;
+    const size_t equals = spec.env[i].find('=');
+    if (equals == std::string::npos || equals == 0) {
+      return Error::invalid_argument(field, spec.env[i], "KEY=VALUE expected, with a non-empty KEY");
+    }
+  }
+  if (spec.job_dir.empty() || !spec.job_dir.is_absolute()) {
+    return Error::invalid_argument("job_dir", spec.job_dir.string(), "an absolute path is required");
+  }
+  if (!spec.working_dir.empty()) {
+    if (auto s = check_text("working_dir", spec.working_dir); !s) return s;
+    if (spec.working_dir[0] != '/') {
+      return Error::invalid_argument("working_dir", spec.working_dir, "an absolute path (or empty: the job directory)");
+    }
+  }
+  const std::pair<const char*, int64_t> limits[] = {{"limits.cpu_milli", spec.limits.cpu_milli},
+                                                    {"limits.memory_bytes", spec.limits.memory_bytes},
+                                                    {"limits.pids", spec.limits.pids}};
+  for (const auto& [field, value] : limits) {
+    if (value < 0) return Error::invalid_argument(field, std::to_string(value), "0 (no limit) or more");
+  }
+  if (!spec.cgroup_name.empty()) {
+    const bool ok = spec.cgroup_name.size() <= 128 && spec.cgroup_name[0] != '.' &&
+                    std::all_of(spec.cgroup_name.begin(), spec.cgroup_name.end(), allowed_name_char);
+    if (!ok) {
+      return Error::invalid_argument("cgroup_name", spec.cgroup_name,
+                                     "letters, digits, '.', '_' and '-', not starting with '.', at most 128 "
+                                     "(or empty: derived from job_id)");
+    }
+  }
+  if (!spec.hostname.empty()) {
+    const bool ok =
+        spec.hostname.size() <= kMaxHostname && std::all_of(spec.hostname.begin(), spec.hostname.end(),
+                                                            [](char c) { return allowed_name_char(c) && c != '_'; });
+    if (!ok) {
+      return Error::invalid_argument("hostname", spec.hostname,
+                                     "letters, digits, '.' and '-', at most 63 (or empty: from the job id)");
+    }
+  }
+  return {};
+}
+
+struct ResolvedUser {
+  bool switch_user = false;
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  std::vector<uint32_t> groups;
+};
+
+struct PasswdEntry {
+  std::string name;
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+
+// getpwnam_r / getpwuid_r with a growing buffer. nullopt when there is no such entry.
+std::optional<PasswdEntry> lookup_passwd(const std::string* name, uid_t uid) {
+  std::vector<char> buffer(16384);
+  while (true) {
+    passwd entry{};
+    passwd* found = nullptr;
+    const int rc = name ? ::getpwnam_r(name->c_str(), &entry, buffer.data(), buffer.size(), &found)
+                        : ::getpwuid_r(uid, &entry, buffer.data(), buffer.size(), &found);
+    if (rc == ERANGE && buffer.size() < (1u << 22)) {
+      buffer.resize(buffer.size() * 2);
+      continue;
+    }
+    if (rc != 0 || found == nullptr) return std::nullopt;
+    return PasswdEntry{found->pw_name, found->pw_uid, found->pw_gid};
+  }
+}
+
+Result<ResolvedUser> resolve_user(const RunAs& run_as, bool can_switch) {
+  ResolvedUser user;
+  if (run_as.empty()) return user;
+  std::optional<PasswdEntry> entry;
+  if (!run_as.user.empty()) {
+    entry = lookup_passwd(&run_as.user, 0);
+    if (!entry) return Error::invalid_argument("run_as.user", run_as.user, "no such user on this node");
+    if (run_as.uid && *run_as.uid != entry->uid) {
+      return Error::invalid_argument("run_as.uid", std::to_string(*run_as.uid),
+                                     fmt::format("user \"{}\" has uid {}", run_as.user, entry->uid));
+    }
+  } else if (run_as.uid) {
+    entry = lookup_passwd(nullptr, *run_as.uid);
+  } else {
+    return Error::invalid_argument("run_as.gid", std::to_string(*run_as.gid), "a user (name or uid) is needed too");
+  }
+  user.uid = entry ? entry->uid : *run_as.uid;
+  if (run_as.gid)
+    user.gid = *run_as.gid;
+  else if (entry)
+    user.gid = entry->gid;
+  else {
+    return Error::invalid_argument("run_as.gid", "",
+                                   fmt::format("required: uid {} has no passwd entry to take a group from", user.uid));
+  }
+  if (entry) {
+    int count = 64;
+    std::vector<gid_t> groups(static_cast<size_t>(count));
+    if (::getgrouplist(entry->name.c_str(), user.gid, groups.data(), &count) < 0) {
+      groups.resize(static_cast<size_t>(count));
+      ::getgrouplist(entry->name.c_str(), user.gid, groups.data(), &count);
+    }
+    groups.resize(static_cast<size_t>(std::max(count, 0)));
+    user.groups.assign(groups.begin(), groups.end());
+  }
+  if (user.groups.empty()) user.groups.push_back(user.gid);
+  user.switch_user = user.uid != ::geteuid() || user.gid != ::getegid();
+  if (user.switch_user && !can_switch) {
+    return Error::of(
+        ErrorCode::kFailedPrecondition, "run_as", std::to_string(user.uid),
+        fmt::format("running as uid {} needs the agent to run as root (it runs as uid {})", user.uid, ::geteuid()));
+  }
+  return user;
+}
+
+// Forks a child that tries what the shim will do: unshare the namespaces, then, as PID 1 of the
+// new one, make mounts private and mount a fresh /proc. Empty when all works, else why not.
+// Only raw system calls in the children, as the agent is multi-threaded.
+std::string probe_namespaces() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return "pipe: " + errno_text(errno);
+  const pid_t child = ::fork();
+  if (child < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return "fork: " + errno_text(errno);
+  }
+  if (child == 0) {
+    int32_t failure[2] = {0, 0};
+    if (::unshare(CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS) != 0) {
+      failure[0] = 1;
+      failure[1] = errno;
+    } else {
+      const pid_t init = ::fork();
+      if (init == 0) {
+        if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+          failure[0] = 2;
+          failure[1] = errno;
+        } else if (::mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) {
+          failure[0] = 3;
+          failure[1] = errno;
+        }
+        if (failure[0] != 0) (void)!::write(fds[1], failure, sizeof failure);
+        ::_exit(0);
+      }
+      if (init < 0) {
+        failure[0] = 4;
+        failure[1] = errno;
+      } else {
+        int status = 0;
+        ::waitpid(init, &status, 0);
+      }
+    }
+    if (failure[0] != 0) (void)!::write(fds[1], failure, sizeof failure);
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  int32_t failure[2] = {0, 0};
+  pollfd pfd{fds[0], POLLIN, 0};
+  std::string reason;
+  if (::poll(&pfd, 1, 5000) <= 0) {
+    ::kill(child, SIGKILL);
+    reason = "the namespace probe did not finish within 5s";
+  } else if (::read(fds[0], failure, sizeof failure) == sizeof failure) {
+    static constexpr const char* kSteps[] = {"", "unshare(pid, mount, ipc, uts)", "mount --make-rprivate /",
+                                             "mount proc", "fork"};
+    reason = fmt::format("{}: {}", kSteps[failure[0] >= 1 && failure[0] <= 4 ? failure[0] : 0], errno_text(failure[1]));
+  }
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return reason;
+}
+
+std::string default_hostname(const std::string& cgroup_name) {
+  std::string host = cgroup_name.substr(0, kMaxHostname);
+  std::replace(host.begin(), host.end(), '_', '-');
+  while (!host.empty() && (host.front() == '-' || host.front() == '.')) host.erase(host.begin());
+  return host.empty() ? "job" : host;
+}
+
+// Reads exit.json: nullopt while there is none (or one the job planted: not ours).
+std::optional<JobStatus> read_exit(const JobRecord& record) {
+  auto text = jobfiles::read_trusted(record.job_dir / jobfiles::kExit);
+  if (!text) {
+    if (text.error().code == ErrorCode::kPermissionDenied) {
+      spdlog::warn("ignoring exit file not written by the runtime job=\"{}\" error=\"{}\"", record.job_id,
+                   text.error().to_string());
+    }
+    return std::nullopt;
+  }
+  auto exit = jobfiles::decode_exit(*text);
+  if (!exit) {
+    JobStatus status;
+    status.state = JobState::kExited;
+    status.error = "exit.json does not decode: " + exit.error().to_string();
+    return status;
+  }
+  return jobfiles::to_status(*exit);
+}
+
+// Whether the shim is still the process that state.json names (pid and start time), and not a
+// zombie.
+bool shim_alive(const JobRecord& record) {
+  if (record.shim_pid <= 0) return false;
+  const auto stat = jobfiles::read_proc_stat(record.shim_pid);
+  if (!stat) return false;
+  if (record.shim_start_time != 0 && stat->start_time != record.shim_start_time) return false;
+  return stat->state != 'Z' && stat->state != 'X';
+}
+
+JobStatus status_of(const JobRecord& record) {
+  ShimReaper::instance().reap();
+  if (auto exited = read_exit(record)) return *exited;
+  if (shim_alive(record)) return JobStatus{};
+  // The shim may have written exit.json and exited between the two reads.
+  if (auto exited = read_exit(record)) return *exited;
+  JobStatus lost;
+  lost.state = JobState::kLost;
+  lost.error = !record.no_state_reason.empty()
+                   ? record.no_state_reason
+                   : fmt::format("the job's shim (pid {}) is gone and left no exit.json", record.shim_pid);
+  return lost;
+}
+
+Status send_control(const JobRecord& record, std::string_view command) {
+  const fs::path path = record.job_dir / jobfiles::kControl;
+  const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    // ENXIO: a FIFO nobody reads (the shim is gone); ENOENT: the shim removed it at the end.
+    if (err == ENXIO || err == ENOENT) {
+      return Error::of(ErrorCode::kFailedPrecondition, "job", record.job_id, "is not running (its shim is gone)");
+    }
+    return Error::of(ErrorCode::kUnavailable, "file", path.string(), "open: " + errno_text(err));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode) || st.st_uid != ::geteuid()) {
+    ::close(fd);
+    return Error::of(ErrorCode::kPermissionDenied, "file", path.string(), "not the runtime's control FIFO");
+  }
+  const std::string line = std::string(command) + "\n";
+  const ssize_t n = ::write(fd, line.data(), line.size());
+  const int err = errno;
+  ::close(fd);
+  if (n != static_cast<ssize_t>(line.size())) {
+    return Error::of(ErrorCode::kUnavailable, "file", path.string(),
+                     "write: " + (n < 0 ? errno_text(err) : std::string("short write")));
+  }
+  return {};
+}
+
+void remove_cgroup(const JobRecord& record) {
+  if (record.cgroup.empty()) return;
+  if (auto s = record.cgroup.remove(kRemoveTimeout); !s) {
+    spdlog::warn("job cgroup not removed job=\"{}\" error=\"{}\"", record.job_id, s.error().to_string());
+  }
+}
+
+}  // namespace
+
+std::string_view to_string(CgroupVersion version) {
+  switch (version) {
+    case CgroupVersion::kNone: return "none";
+    case CgroupVersion::kV1: return "v1";
+    case CgroupVersion::kV2: return "v2";
+  }
+  return "none";
+}
+
+std::string_view to_string(JobState state) {
+  switch (state) {
+    case JobState::kRunning: return "running";
+    case JobState::kExited: return "exited";
+    case JobState::kLost: return "lost";
+  }
+  return "lost";
+}
+
+std::string cgroup_name_for(std::string_view job_id) {
+  std::string name;
+  bool changed = false;
+  for (char c : job_id) {
+    if (allowed_name_char(c)) {
+      name.push_back(c);
+    } else {
+      name.push_back('_');
+      changed = true;
+    }
+  }
+  // "." and ".." are not names, and a leading dot hides a directory.
+  if (!name.empty() && name[0] == '.') {
+    name[0] = '_';
+    changed = true;
+  }
+  const std::string suffix = fmt::format("-{:08x}", fnv1a(job_id));
+  if (name.size() > kMaxCgroupName) {
+    name.resize(kMaxCgroupName - suffix.size());
+    changed = true;
+  }
+  if (name.empty()) return "job" + suffix;
+  if (changed) name += suffix;
+  return name;
+}
+
+// ---------------------------------------------------------------------------------------------
+// JobHandle
+
+JobHandle::JobHandle(std::shared_ptr<const JobRecord> record) : record_(std::move(record)) {}
+
+const std::string& JobHandle::job_id() const { return record_->job_id; }
+const fs::path& JobHandle::job_dir() const { return record_->job_dir; }
+fs::path JobHandle::output_path() const { return record_->job_dir / jobfiles::kOutput; }
+const RuntimeCapabilities& JobHandle::isolation() const { return record_->isolation; }
+pid_t JobHandle::shim_pid() const { return record_->shim_pid; }
+
+JobStatus JobHandle::status() const { return status_of(*record_); }
+
+JobStatus JobHandle::wait(milliseconds timeout) const {
+  const auto deadline = steady_clock::now() + timeout;
+  // exit.json arrives by rename: inotify wakes us for it; the step bounds how late a lost shim
+  // (which writes nothing) is noticed.
+  int inotify_fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  if (inotify_fd >= 0 && ::inotify_add_watch(inotify_fd, record_->job_dir.c_str(), IN_MOVED_TO | IN_CREATE) < 0) {
+    ::close(inotify_fd);
+    inotify_fd = -1;
+  }
+  JobStatus status = status_of(*record_);
+  while (status.state == JobState::kRunning) {
+    const auto now = steady_clock::now();
+    if (now >= deadline) break;
+    const auto step = std::min<milliseconds>(std::chrono::ceil<milliseconds>(deadline - now),
+                                             inotify_fd >= 0 ? kWaitStep : milliseconds(10));
+    if (inotify_fd >= 0) {
+      pollfd pfd{inotify_fd, POLLIN, 0};
+      if (::poll(&pfd, 1, static_cast<int>(step.count())) > 0) {
+        char events[4096];
+        while (::read(inotify_fd, events, sizeof events) > 0) {
+        }
+      }
+    } else {
+      std::this_thread::sleep_for(step);
+    }
+    status = status_of(*record_);
+  }
+  if (inotify_fd >= 0) ::close(inotify_fd);
+  return status;
+}
+
+Status JobHandle::signal(int sig) const {
+  if (sig <= 0 || sig >= NSIG) {
+    return Error::invalid_argument("signal", std::to_string(sig), fmt::format("allowed: 1..{}", NSIG - 1));
+  }
+  const JobStatus status = status_of(*record_);
+  if (status.state != JobState::kRunning) {
+    return Error::of(ErrorCode::kFailedPrecondition, "job", record_->job_id,
+                     fmt::format("is {}, not running", to_string(status.state)));
+  }
+  return send_control(*record_, fmt::format("signal {}", sig));
+}
+
+Status JobHandle::send_checkpoint_signal() const { return signal(SIGUSR1); }
+
+Result<JobStatus> JobHandle::stop(milliseconds grace, milliseconds kill_timeout) const {
+  const JobRecord& record = *record_;
+  JobStatus status = status_of(record);
+  if (status.state == JobState::kRunning) {
+    (void)send_control(record, fmt::format("signal {}", SIGTERM));
+    status = wait(grace);
+  }
+  if (status.state == JobState::kRunning) {
+    spdlog::info("job stop escalates to SIGKILL job=\"{}\"", record.job_id);
+    // Through the shim first: it kills the tree (the namespace's init, the process group, the
+    // cgroup) and records that the job was stopped.
+    if (send_control(record, "kill")) status = wait(kill_timeout);
+  }
+  if (status.state != JobState::kExited) {
+    // The shim is gone or stuck: kill through the cgroup ourselves.
+    spdlog::warn("job stop kills without its shim job=\"{}\" state={}", record.job_id, to_string(status.state));
+    Status killed = record.cgroup.kill_all(kill_timeout);
+    if (record.cgroup.empty() && record.job_pid > 0) {
+      // No cgroup: only the pid is left; trust it only while its start time matches.
+      const auto stat = jobfiles::read_proc_stat(record.job_pid);
+      if (stat && stat->start_time == record.job_start_time) {
+        ::kill(record.namespaces ? record.job_pid : -record.job_pid, SIGKILL);
+      }
+    }
+    if (status.state == JobState::kRunning) status = wait(kill_timeout);
+    if (!killed) {
+      remove_cgroup(record);
+      return killed.error();
+    }
+  }
+  remove_cgroup(record);
+  if (status.state == JobState::kRunning) {
+    return Error::of(
+        ErrorCode::kUnavailable, "job", record.job_id,
+        fmt::format("still running {}ms after SIGKILL: its shim did not record the end", kill_timeout.count()));
+  }
+  return status;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Runtime
+
+struct Runtime::Impl {
+  RuntimeOptions options;
+  RuntimeCapabilities capabilities;
+  cgroups::Layout layout;
+};
+
+Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Runtime::~Runtime() = default;
+
+const RuntimeCapabilities& Runtime::capabilities() const { return impl_->capabilities; }
+const RuntimeOptions& Runtime::options() const { return impl_->options; }
+
+Result<std::unique_ptr<Runtime>> Runtime::create(RuntimeOptions options) {
+  if (options.shim_command.empty() || options.shim_command[0].empty() || options.shim_command[0][0] != '/') {
+    return Error::invalid_argument("shim_command", options.shim_command.empty() ? "" : options.shim_command[0],
+                                   "an absolute path to the shim's executable is required");
+  }
+  if (::access(options.shim_command[0].c_str(), X_OK) != 0) {
+    return Error::invalid_argument("shim_command", options.shim_command[0], "not executable: " + errno_text(errno));
+  }
+  const fs::path parent(options.cgroup_parent);
+  bool parent_ok = !options.cgroup_parent.empty() && parent.is_relative();
+  for (const auto& part : parent) {
+    const std::string p = part.string();
+    if (p.empty() || p[0] == '.' || !std::all_of(p.begin(), p.end(), allowed_name_char)) parent_ok = false;
+  }
+  if (!parent_ok) {
+    return Error::invalid_argument("cgroup_parent", options.cgroup_parent,
+                                   "a relative path of names (letters, digits, '.', '_', '-'; no '..')");
+  }
+  if (options.start_timeout.count() <= 0) {
+    return Error::invalid_argument("start_timeout", std::to_string(options.start_timeout.count()), "more than 0ms");
+  }
+
+  auto impl = std::make_unique<Impl>();
+  RuntimeCapabilities& caps = impl->capabilities;
+  if (options.use_cgroups) {
+    auto mountinfo = cgroups::read_file(options.mountinfo);
+    if (mountinfo) {
+      impl->layout = cgroups::detect(cgroups::parse_mountinfo(*mountinfo), options.cgroup_parent);
+    } else {
+      impl->layout.reason = mountinfo.error().to_string();
+    }
+  } else {
+    impl->layout.reason = "disabled by the runtime's options";
+  }
+  const cgroups::Layout& layout = impl->layout;
+  caps.cgroups = layout.version;
+  caps.cpu_limit = layout.cpu;
+  caps.memory_limit = layout.memory;
+  // v2 decides per job (memory.swap.max exists only with swap support).
+  caps.swap_limit = layout.version == CgroupVersion::kV2 ? layout.memory : layout.swap;
+  caps.pids_limit = layout.pids;
+  caps.tree_kill = layout.version != CgroupVersion::kNone;
+  caps.cgroups_reason = layout.reason;
+  if (options.use_namespaces) {
+    caps.namespaces_reason = probe_namespaces();
+    caps.namespaces = caps.namespaces_reason.empty();
+  } else {
+    caps.namespaces_reason = "disabled by the runtime's options";
+  }
+  caps.switch_user = ::geteuid() == 0;
+
+  if (caps.cgroups == CgroupVersion::kNone) {
+    spdlog::warn("runtime: cgroups unavailable reason=\"{}\"; jobs run without limits, killed by process group",
+                 caps.cgroups_reason);
+  } else if (!caps.cgroups_reason.empty()) {
+    spdlog::info("runtime: cgroups partial version={} reason=\"{}\"", to_string(caps.cgroups), caps.cgroups_reason);
+  }
+  if (!caps.namespaces) {
+    spdlog::warn("runtime: namespaces unavailable reason=\"{}\"; jobs run in their own session only",
+                 caps.namespaces_reason);
+  }
+  spdlog::info(
+      "runtime: ready cgroups={} cpu_limit={} memory_limit={} swap_limit={} pids_limit={} namespaces={} "
+      "switch_user={}",
+      to_string(caps.cgroups), caps.cpu_limit, caps.memory_limit, caps.swap_limit, caps.pids_limit, caps.namespaces,
+      caps.switch_user);
+  impl->options = std::move(options);
+  return std::unique_ptr<Runtime>(new Runtime(std::move(impl)));
+}
+
+Status Runtime::remove_cgroup_parent() {
+  std::vector<fs::path> dirs;
+  if (impl_->layout.version == CgroupVersion::kV2) dirs.push_back(impl_->layout.v2_parent);
+  for (const auto& [controller, dir] : impl_->layout.v1_parents) dirs.push_back(dir);
+  for (const auto& dir : dirs) {
+    if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) {
+      return Error::of(ErrorCode::kFailedPrecondition, "cgroup directory", dir.string(), "rmdir: " + errno_text(errno));
+    }
+  }
+  return {};
+}
+
+namespace {
+
+Error start_error(const Json& report, const ProcessSpec& spec, const jobfiles::LaunchSpec& launch) {
+  JsonReader reader(report, "shim report");
+  const std::string stage = reader.string_or("stage", "");
+  const std::string message = reader.string_or("message", "the shim reported a failure");
+  if (stage == "exec") return Error::invalid_argument("argv[0]", spec.argv[0], message);
+  if (stage == "chdir") return Error::invalid_argument("working_dir", launch.working_dir, message);
+  if (stage == "setgroups" || stage == "setgid" || stage == "setuid") {
+    return Error::of(ErrorCode::kFailedPrecondition, "run_as", std::to_string(launch.uid), message);
+  }
+  return Error::of(ErrorCode::kInternal, "job_dir", spec.job_dir.string(), message + " (see shim.log there)");
+}
+
+std::string shim_log_tail(const fs::path& dir) {
+  auto text = cgroups::read_file(dir / jobfiles::kShimLog);
+  if (!text || text->empty()) return "shim.log is empty";
+  std::string tail = text->size() > 400 ? text->substr(text->size() - 400) : *text;
+  return "shim.log ends: " + std::string(trim(tail));
+}
+
+}  // namespace
+
+Result<JobHandle> Runtime::start(const ProcessSpec& spec) {
+  if (auto s = validate(spec); !s) return s.error();
+  const RuntimeCapabilities& caps = impl_->capabilities;
+  auto user = resolve_user(spec.run_as, caps.switch_user);
+  if (!user) return user.error();
+
+  std::error_code ec;
+  fs::create_directories(spec.job_dir, ec);
+  if (ec) return Error::of(ErrorCode::kUnavailable, "job_dir", spec.job_dir.string(), "mkdir: " + ec.message());
+  const fs::path dir = fs::canonical(spec.job_dir, ec);
+  if (ec) return Error::of(ErrorCode::kUnavailable, "job_dir", spec.job_dir.string(), ec.message());
+  for (std::string_view name : {jobfiles::kSpec, jobfiles::kState, jobfiles::kExit, jobfiles::kOutput,
+                                jobfiles::kShimLog, jobfiles::kControl}) {
+    struct stat st {};
+    if (::lstat((dir / name).c_str(), &st) == 0) {
+      return Error::of(ErrorCode::kAlreadyExists, "job_dir", dir.string(),
+                       fmt::format("holds {} of an earlier run: adopt() it, or start in a fresh directory", name));
+    }
+  }
+  if (user->switch_user) {
+    // Sticky and ours: the job's group may create files, but not remove or replace the runtime's.
+    if (::chown(dir.c_str(), ::geteuid(), user->gid) != 0 || ::chmod(dir.c_str(), 01770) != 0) {
+      return Error::of(ErrorCode::kUnavailable, "job_dir", dir.string(),
+                       "cannot hand it to the job's group: " + errno_text(errno));
+    }
+  }
+
+  jobfiles::LaunchSpec launch;
+  launch.job_id = spec.job_id;
+  launch.argv = spec.argv;
+  launch.env = spec.env;
+  launch.working_dir = spec.working_dir.empty() ? dir.string() : spec.working_dir;
+  const std::string cgroup_name = spec.cgroup_name.empty() ? cgroup_name_for(spec.job_id) : spec.cgroup_name;
+  launch.hostname = spec.hostname.empty() ? default_hostname(cgroup_name) : spec.hostname;
+  launch.namespaces = caps.namespaces;
+  launch.switch_user = user->switch_user;
+  launch.uid = user->uid;
+  launch.gid = user->gid;
+  launch.groups = user->groups;
+  if (caps.cgroups != CgroupVersion::kNone) {
+    auto cgroup = cgroups::create(impl_->layout, cgroup_name, spec.limits, caps.namespaces ? 1 : 0);
+    if (!cgroup) return cgroup.error();
+    launch.cgroup = std::move(*cgroup);
+  }
+  RuntimeCapabilities& applied = launch.isolation;
+  applied.cgroups = launch.cgroup.empty() ? CgroupVersion::kNone : launch.cgroup.version;
+  applied.cpu_limit = launch.cgroup.cpu_limit;
+  applied.memory_limit = launch.cgroup.memory_limit;
+  applied.swap_limit = launch.cgroup.swap_limit;
+  applied.pids_limit = launch.cgroup.pids_limit;
+  applied.tree_kill = !launch.cgroup.empty();
+  applied.namespaces = caps.namespaces;
+  applied.switch_user = user->switch_user;
+  applied.cgroups_reason = caps.cgroups_reason;
+  applied.namespaces_reason = caps.namespaces_reason;
+
+  auto fail = [&](Error error) -> Result<JobHandle> {
+    if (!launch.cgroup.empty()) {
+      (void)launch.cgroup.kill_all(milliseconds(1000));
+      (void)launch.cgroup.remove(kRemoveTimeout);
+    }
+    return error;
+  };
+  if (auto s = jobfiles::write_atomic(dir, jobfiles::kSpec, jobfiles::encode(launch)); !s) return fail(s.error());
+
+  const int log_fd =
+      ::open((dir / jobfiles::kShimLog).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (log_fd < 0) {
+    return fail(Error::of(ErrorCode::kUnavailable, "job_dir", dir.string(), "shim.log: " + errno_text(errno)));
+  }
+  int status_pipe[2];
+  if (::pipe2(status_pipe, O_CLOEXEC) != 0) {
+    ::close(log_fd);
+    return fail(Error::internal("pipe: " + errno_text(errno)));
+  }
+  // Off the low numbers, so that dup2 onto 3 below always makes a fresh (inheritable) copy.
+  const int status_w = ::fcntl(status_pipe[1], F_DUPFD_CLOEXEC, 10);
+  ::close(status_pipe[1]);
+
+  std::vector<std::string> args = impl_->options.shim_command;
+  args.insert(args.end(),
+              {std::string(jobfiles::kJobDirFlag), dir.string(), std::string(jobfiles::kStatusFdFlag), "3"});
+  std::vector<char*> argv;
+  for (auto& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+
+  // posix_spawn (vfork-like in glibc) rather than fork: cheap for a big agent, and nothing of
+  // ours runs in the child. The shim gets its own session, so it outlives the agent and no
+  // terminal's signals reach it.
+  posix_spawn_file_actions_t actions;
+  posix_spawnattr_t attr;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawnattr_init(&attr);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, log_fd, STDERR_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, status_w, 3);
+  posix_spawn_file_actions_addclosefrom_np(&actions, 4);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  pid_t shim = 0;
+  const int spawn_rc = ::posix_spawn(&shim, argv[0], &actions, &attr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  ::close(log_fd);
+  ::close(status_w);
+  if (spawn_rc == 0) ShimReaper::instance().track(shim);
+  ShimReaper::instance().reap();
+  if (spawn_rc != 0) {
+    ::close(status_pipe[0]);
+    return fail(Error::of(ErrorCode::kFailedPrecondition, "shim_command", args[0],
+                          "cannot start the shim: " + errno_text(spawn_rc)));
+  }
+
+  // The shim's report: one JSON line, once the job's command has been exec'd (or failed to be).
+  std::string line;
+  const auto deadline = steady_clock::now() + impl_->options.start_timeout;
+  bool timed_out = false;
+  while (line.find('\n') == std::string::npos) {
+    const auto left = std::chrono::ceil<milliseconds>(deadline - steady_clock::now()).count();
+    if (left <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd pfd{status_pipe[0], POLLIN, 0};
+    const int ready = ::poll(&pfd, 1, static_cast<int>(left));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) continue;
+    char buffer[1024];
+    const ssize_t n = ::read(status_pipe[0], buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    line.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(status_pipe[0]);
+  const Json report = Json::parse(line.substr(0, line.find('\n')), nullptr, /*allow_exceptions=*/false);
+  const bool reported = !report.is_discarded() && report.is_object() && report.contains("ok");
+  if (!reported) {
+    ::kill(shim, SIGKILL);
+    int status = 0;
+    ::waitpid(shim, &status, 0);
+    const std::string why = timed_out ? fmt::format("did not report within {}ms", impl_->options.start_timeout.count())
+                                      : "exited without reporting";
+    spdlog::error("job start failed job=\"{}\" shim_pid={} error=\"the shim {}\"", spec.job_id, shim, why);
+    return fail(Error::of(ErrorCode::kInternal, "job_dir", dir.string(),
+                          fmt::format("the shim {}; {}", why, shim_log_tail(dir))));
+  }
+  const auto ok = report.find("ok");
+  if (!ok->is_boolean() || !ok->get<bool>()) {
+    // The shim has cleaned up (cgroup, exit.json) and exits: the reaper collects it.
+    Error error = start_error(report, spec, launch);
+    spdlog::warn("job start failed job=\"{}\" error=\"{}\"", spec.job_id, error.to_string());
+    return error;
+  }
+
+  auto record = std::make_shared<JobRecord>();
+  record->job_id = spec.job_id;
+  record->job_dir = dir;
+  record->isolation = launch.isolation;
+  record->cgroup = launch.cgroup;
+  record->namespaces = launch.namespaces;
+  record->shim_pid = shim;
+  if (auto stat = jobfiles::read_proc_stat(shim)) record->shim_start_time = stat->start_time;
+  if (auto state_text = jobfiles::read_trusted(dir / jobfiles::kState)) {
+    if (auto state = jobfiles::decode_state(*state_text)) {
+      record->job_pid = state->job_pid;
+      record->job_start_time = state->job_start_time;
+      record->shim_start_time = state->shim_start_time;
+    }
+  }
+  spdlog::info("job started job=\"{}\" dir=\"{}\" shim_pid={} job_pid={} cgroups={} namespaces={} uid={}", spec.job_id,
+               dir.string(), shim, record->job_pid, to_string(applied.cgroups), applied.namespaces,
+               user->switch_user ? user->uid : ::geteuid());
+  return JobHandle(std::move(record));
+}
+
+Result<JobHandle> Runtime::adopt(const fs::path& job_dir) {
+  std::error_code ec;
+  const fs::path dir = fs::canonical(job_dir, ec);
+  if (ec) return Error::not_found("job_dir", job_dir.string(), ec.message());
+  auto spec_text = jobfiles::read_trusted(dir / jobfiles::kSpec);
+  if (!spec_text) {
+    if (spec_text.error().code == ErrorCode::kNotFound) {
+      return Error::not_found("job_dir", dir.string(), "no spec.json: not a job directory of this runtime");
+    }
+    return spec_text.error();
+  }
+  auto launch = jobfiles::decode_spec(*spec_text);
+  if (!launch) return launch.error();
+
+  auto record = std::make_shared<JobRecord>();
+  record->job_id = launch->job_id;
+  record->job_dir = dir;
+  record->isolation = launch->isolation;
+  record->cgroup = launch->cgroup;
+  record->namespaces = launch->namespaces;
+  auto state_text = jobfiles::read_trusted(dir / jobfiles::kState);
+  if (state_text) {
+    auto state = jobfiles::decode_state(*state_text);
+    if (!state) return state.error();
+    record->shim_pid = state->shim_pid;
+    record->shim_start_time = state->shim_start_time;
+    record->job_pid = state->job_pid;
+    record->job_start_time = state->job_start_time;
+  } else {
+    // Stopped while starting it: the shim may have failed (then exit.json says so) or be unknown.
+    record->no_state_reason =
+        "no state.json: the agent stopped while the job was starting; " + state_text.error().to_string();
+  }
+  const JobHandle handle(std::move(record));
+  const JobStatus status = handle.status();
+  spdlog::info("job adopted job=\"{}\" dir=\"{}\" shim_pid={} state={}", handle.job_id(), dir.string(),
+               handle.shim_pid(), to_string(status.state));
+  return handle;
+}
+
+}  // namespace cnlab::agent

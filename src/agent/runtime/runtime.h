@@ -1,0 +1,284 @@
+// src/agent/runtime/runtime.h — the agent's process runtime: the only header other parts include
+// from src/agent/runtime.
+//
+// A job runs under a small supervisor, the shim: a separate, detached process (its own session)
+// started from an executable that calls `shim_main`. The shim owns the job's stdout and stderr,
+// writes every line into `<job_dir>/output.log`, and writes `<job_dir>/exit.json` (atomically)
+// when the job ends. The agent keeps no pipe to the job, so a job survives an agent restart: a
+// new agent calls `Runtime::adopt(job_dir)` and carries on, reading output from the cursor it
+// persisted.
+//
+// Files in a job directory (all written by the runtime or the shim, mode 0600):
+//   spec.json   what to run, as resolved by start() (written before the shim starts)
+//   state.json  the shim's pid and start time, the job's pid (written once the job runs)
+//   exit.json   how the job ended (written last, via rename; its presence means "finished")
+//   output.log  the job's output, one record a line (format below)
+//   shim.log    the shim's own diagnostics
+//   control     a FIFO the shim reads: how signal() and stop() reach it without pid races
+//
+// output.log format, one record per line:   <S> <time> <text>\n
+//   S     'O' stdout, 'E' stderr. Lowercase ('o', 'e') marks a record that holds only part of a
+//         line: the line went on past 64 KiB, or it waited more than a second for its newline
+//         (a progress bar); the rest follows in later records of the same stream, the last one
+//         uppercase. A last line without a newline is written when the stream ends, uppercase.
+//   time  when the shim read the line: UTC with milliseconds, 24 bytes, 2026-12-01T03:26:01.123Z
+//   text  the line's bytes without its newline. Bytes that are not valid UTF-8 are replaced by
+//         U+FFFD each, so the file is always valid UTF-8 and '\n' only ever ends a record; every
+//         other byte (NUL, '\r', escape sequences) passes through unchanged.
+// Lines of the two streams are ordered as the shim read them: within a stream exactly, across
+// the streams only as well as two pipes allow (as with any runtime that keeps them apart).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+
+namespace cnlab::agent {
+
+// ---------------------------------------------------------------------------------------------
+// What a job asks for.
+
+// 0 means "no limit".
+struct ResourceLimits {
+  int64_t cpu_milli = 0;     // 1000 = one CPU's worth of time per period (CFS quota)
+  int64_t memory_bytes = 0;  // RAM; swap is kept off for the job where the kernel allows
+  int64_t pids = 0;          // tasks (processes and threads) of the job itself; the runtime's
+                             // init inside the job's PID namespace is not counted against it
+};
+
+// Who the job runs as. Empty: as the agent's own user (`cnlab dev`). Otherwise the job's process
+// calls setgroups, setgid and setuid before exec; this needs the agent to run as root.
+struct RunAs {
+  std::string user;             // a user name, resolved with getpwnam_r; or
+  std::optional<uint32_t> uid;  // a numeric uid (its passwd entry, if any, gives the groups)
+  std::optional<uint32_t> gid;  // the primary group; default: the user's from passwd
+  bool empty() const { return user.empty() && !uid && !gid; }
+};
+
+struct ProcessSpec {
+  std::string job_id;             // for logs; the cgroup name and hostname derive from it
+  std::vector<std::string> argv;  // argv[0] without '/' is looked up in PATH of `env`
+                                  // (or /usr/local/bin:/usr/bin:/bin when env has none)
+  std::vector<std::string> env;   // "KEY=VALUE": exactly the job's environment, nothing inherited
+  std::string working_dir;        // absolute; empty: the job directory
+  ResourceLimits limits;
+  // Absolute; created if missing; must hold none of the runtime's files from an earlier run. When
+  // the job runs as another user, the directory becomes <agent uid>:<job's group> with mode 01770:
+  // the job can create files in it, and the sticky bit keeps it from removing or replacing the
+  // runtime's files (which it also cannot read: they are 0600). Its parents must be searchable by
+  // the job's user.
+  std::filesystem::path job_dir;
+  std::string cgroup_name;        // empty: cgroup_name_for(job_id)
+  std::string hostname;           // the job's hostname in its UTS namespace; empty: cgroup name
+  RunAs run_as;
+};
+
+// A cgroup (and hostname) safe name for a job id: letters, digits, '.', '_' and '-' kept, anything
+// else replaced by '_', at most 64 characters; when anything was replaced or cut, a hash of the
+// whole id is appended so that two ids never share a name.
+std::string cgroup_name_for(std::string_view job_id);
+
+// ---------------------------------------------------------------------------------------------
+// What the machine allows, and what a job got.
+
+enum class CgroupVersion { kNone, kV1, kV2 };
+std::string_view to_string(CgroupVersion version);
+
+// For the runtime: what this machine allows. For a job (JobHandle::isolation): what was applied.
+struct RuntimeCapabilities {
+  CgroupVersion cgroups = CgroupVersion::kNone;
+  bool cpu_limit = false;
+  bool memory_limit = false;
+  bool swap_limit = false;  // swap kept off (memory.memsw / memory.swap.max)
+  bool pids_limit = false;
+  bool tree_kill = false;         // stop() kills the whole tree through the cgroup
+  bool namespaces = false;        // own PID, mount (fresh /proc), IPC and UTS namespaces
+  bool switch_user = false;       // RunAs can be honoured (the agent is root)
+  std::string cgroups_reason;     // why cgroups are off or partial; empty when all is well
+  std::string namespaces_reason;  // why namespaces are off; empty when they work
+};
+
+// ---------------------------------------------------------------------------------------------
+// How a job is doing.
+
+enum class JobState {
+  kRunning,
+  kExited,  // exit.json is written; the output file is complete
+  kLost,    // the shim is gone and left no exit.json (killed with SIGKILL, machine trouble);
+            // stop() still kills what is left in the job's cgroup
+};
+std::string_view to_string(JobState state);
+
+struct JobStatus {
+  JobState state = JobState::kRunning;
+  std::optional<int> exit_code;  // the command exited with this code
+  std::optional<int> signal;     // the command was killed by this signal
+  bool oom_killed = false;       // killed by SIGKILL while its cgroup counted an OOM kill
+  int64_t oom_kills = 0;         // OOM kills in the job's cgroup over its life
+  bool stopped = false;          // the runtime killed it (stop() after its grace)
+  std::string error;             // why it never ran (exec failed, ...) or why it is lost
+  std::optional<std::chrono::system_clock::time_point> finished_at;
+};
+
+class Runtime;
+struct JobRecord;
+
+// A running (or finished) job. Cheap to copy; dropping every copy leaves the job running.
+// Thread-safe: all members are const and read the job directory or /proc.
+class JobHandle {
+ public:
+  const std::string& job_id() const;
+  const std::filesystem::path& job_dir() const;
+  std::filesystem::path output_path() const;
+  // What isolation was applied to this job (cgroup version, limits, namespaces).
+  const RuntimeCapabilities& isolation() const;
+  pid_t shim_pid() const;
+
+  // Reads exit.json and checks the shim is still the process it was. Never blocks.
+  JobStatus status() const;
+  // Returns as soon as the job is no longer running, or after `timeout` with state kRunning.
+  JobStatus wait(std::chrono::milliseconds timeout) const;
+
+  // Sends `sig` to the job's command (through the init of its PID namespace, which forwards it;
+  // without namespaces, straight to the command). Failed precondition once the job has ended.
+  Status signal(int sig) const;
+  // SIGUSR1, the checkpoint signal: a job that handles it saves its state.
+  Status send_checkpoint_signal() const;
+
+  // SIGTERM to the command, up to `grace` for it to end, then SIGKILL to the job's whole tree
+  // through the shim (the namespace's init, the process group, the cgroup) and up to
+  // `kill_timeout` for the shim to record the end. If the shim is gone or does not answer, kills
+  // through the cgroup itself (cgroup.kill on v2; freeze, SIGKILL, thaw on v1) and waits up to
+  // `kill_timeout` more. Removes the job's cgroup. Returns the final status (kExited, or kLost
+  // for a job whose shim had died); an error when the job could not be made to go away in time.
+  // Blocks at most grace + 2 * kill_timeout (plus a second to remove the cgroup).
+  Result<JobStatus> stop(std::chrono::milliseconds grace,
+                         std::chrono::milliseconds kill_timeout = std::chrono::seconds(5)) const;
+
+ private:
+  friend class Runtime;
+  explicit JobHandle(std::shared_ptr<const JobRecord> record);
+  std::shared_ptr<const JobRecord> record_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// The runtime.
+
+struct RuntimeOptions {
+  // The command that runs the shim: an executable calling shim_main with the arguments the
+  // runtime appends (`--job-dir DIR --status-fd 3`). For the agent: {"<cnlab>", "agent-shim"}.
+  std::vector<std::string> shim_command;
+  bool use_cgroups = true;     // false: run as if the machine had no cgroups
+  bool use_namespaces = true;  // false: run as if the machine refused namespaces
+  // Where job cgroups go, relative to each hierarchy's root (v2: the unified mount; v1: each of
+  // the memory, cpu, pids and freezer mounts): <root>/<cgroup_parent>/<job's cgroup name>.
+  std::string cgroup_parent = "cnlab";
+  std::filesystem::path mountinfo = "/proc/self/mountinfo";  // where to find the cgroup mounts
+  std::chrono::milliseconds start_timeout{10000};            // for the shim to start the job
+};
+
+// Thread-safe after create().
+class Runtime {
+ public:
+  // Detects what the machine allows (cgroup v2, else v1; namespaces; switching user) and logs
+  // once what is not available and why. Fails only for bad options.
+  static Result<std::unique_ptr<Runtime>> create(RuntimeOptions options);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  const RuntimeCapabilities& capabilities() const;
+  const RuntimeOptions& options() const;
+
+  // Creates the job's cgroup, writes spec.json, starts the shim and returns once the job's
+  // command has been exec'd (or failed to be: an error naming argv[0], working_dir, run_as, ...).
+  // Blocks at most options().start_timeout.
+  Result<JobHandle> start(const ProcessSpec& spec);
+
+  // Re-attaches to a job started by an earlier runtime (an agent before its restart). Works for
+  // running, finished and lost jobs alike: status() tells which.
+  Result<JobHandle> adopt(const std::filesystem::path& job_dir);
+
+  // Removes the (empty) cgroup_parent directories this runtime created; for tests and
+  // uninstalls. Fails while any job cgroup remains below them.
+  Status remove_cgroup_parent();
+
+ private:
+  struct Impl;
+  explicit Runtime(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Reading a job's output.
+
+enum class OutputStream { kStdout, kStderr };
+std::string_view to_string(OutputStream stream);  // "stdout", "stderr"
+
+// Where a reader stands: after record number `seq` (records count from 1), which ends at byte
+// `offset`. {0, 0} is the beginning. Persist it to resume after a restart.
+struct OutputCursor {
+  uint64_t seq = 0;
+  uint64_t offset = 0;
+  friend bool operator==(const OutputCursor&, const OutputCursor&) = default;
+};
+
+struct OutputLine {
+  uint64_t seq = 0;
+  OutputStream stream = OutputStream::kStdout;
+  bool partial = false;  // the line continues in the next record of this stream
+  std::chrono::system_clock::time_point time;
+  std::string text;
+  OutputCursor cursor;  // the position just after this record
+};
+
+// Reads an output file from a cursor. Only complete records (ending in '\n') are returned, so a
+// record the shim is still writing is returned once it is whole. Not thread-safe; movable.
+class OutputReader {
+ public:
+  // Fails when the file cannot be opened, or `from` is not at a record boundary within it.
+  static Result<OutputReader> open(const std::filesystem::path& path, OutputCursor from = {});
+  OutputReader(OutputReader&& other) noexcept;
+  OutputReader& operator=(OutputReader&& other) noexcept;
+  ~OutputReader();
+
+  // Up to `max_lines` complete records after the cursor, advancing it; empty when there are none
+  // yet. Never blocks. Records that do not parse are skipped (they still take a seq number, so
+  // numbering agrees between readers) and counted in malformed().
+  Result<std::vector<OutputLine>> read(size_t max_lines = 4096);
+  // Blocks until the file has grown past what was read, or `timeout` passes. Uses inotify, or
+  // polls every 10 ms where inotify is unavailable. True when there is something new to read.
+  bool wait(std::chrono::milliseconds timeout);
+
+  OutputCursor cursor() const { return cursor_; }
+  uint64_t malformed() const { return malformed_; }
+
+ private:
+  OutputReader(int fd, int inotify_fd, OutputCursor from);
+  void close_fds();
+
+  int fd_ = -1;
+  int inotify_fd_ = -1;
+  OutputCursor cursor_;
+  uint64_t read_offset_ = 0;  // file offset of the end of buffer_
+  std::string buffer_;        // bytes from cursor_.offset (less pos_) to read_offset_
+  size_t pos_ = 0;
+  uint64_t malformed_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// The shim's entry point. argv[0] is ignored; the runtime passes `--job-dir DIR --status-fd N`.
+// `cnlab agent-shim ...` calls it as shim_main(argc - 1, argv + 1). Returns the process's exit
+// code. The shim runs single-threaded and must be the process's only work (it forks).
+int shim_main(int argc, char** argv);
+
+}  // namespace cnlab::agent

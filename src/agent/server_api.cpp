@@ -1,0 +1,90 @@
+#include "agent/server_api.h"
+
+#include <utility>
+
+namespace cnlab::agent {
+namespace {
+
+ErrorCode code_for(int status) {
+  switch (status) {
+    case 400: return ErrorCode::kInvalidArgument;
+    case 401: return ErrorCode::kUnauthenticated;
+    case 403: return ErrorCode::kPermissionDenied;
+    case 404: return ErrorCode::kNotFound;
+    case 409: return ErrorCode::kConflict;
+    case 410: return ErrorCode::kGone;
+    case 413: return ErrorCode::kTooLarge;
+    case 422: return ErrorCode::kFailedPrecondition;
+    case 429: return ErrorCode::kResourceExhausted;
+    case 503: return ErrorCode::kUnavailable;
+    default: return status >= 500 ? ErrorCode::kUnavailable : ErrorCode::kInternal;
+  }
+}
+
+}  // namespace
+
+Error error_from_response(int status, const std::string& body, const std::string& what) {
+  Json parsed = Json::parse(body, nullptr, false);
+  if (parsed.is_object() && parsed.contains("error") && parsed["error"].is_object()) {
+    const Json& e = parsed["error"];
+    return Error::of(code_for(status), e.value("field", ""), e.value("value", ""),
+                     what + ": " + e.value("message", "HTTP " + std::to_string(status)));
+  }
+  return Error::of(code_for(status), "", "", what + ": HTTP " + std::to_string(status));
+}
+
+ServerApi::ServerApi(ServerAddress address, std::string token, std::chrono::milliseconds timeout)
+    : address_(std::move(address)), token_(std::move(token)), timeout_(timeout) {}
+
+void ServerApi::set_token(std::string token) {
+  std::lock_guard lock(mutex_);
+  token_ = std::move(token);
+  client_.reset();
+}
+
+Result<net::Client*> ServerApi::client() {
+  std::lock_guard lock(mutex_);
+  if (interrupted_) return Error::of(ErrorCode::kUnavailable, "", "", "stopping");
+  if (!client_) {
+    auto connected = net::Client::connect({address_.url, address_.ca_file, token_, timeout_});
+    if (!connected) return connected.error();
+    client_ = std::move(*connected);
+  }
+  return client_.get();
+}
+
+void ServerApi::interrupt() {
+  std::lock_guard lock(mutex_);
+  interrupted_ = true;
+  if (client_) client_->interrupt();
+}
+
+Result<net::ClientResponse> ServerApi::raw(const std::string& method, const std::string& target,
+                                           const std::string& body, const std::map<std::string, std::string>& headers) {
+  auto c = client();
+  if (!c) return c.error();
+  return (*c)->request(method, target, body, headers);
+}
+
+Result<Json> ServerApi::call(const std::string& method, const std::string& target, const std::string& body,
+                             const std::map<std::string, std::string>& headers) {
+  auto response = raw(method, target, body, headers);
+  if (!response) return response.error();
+  if (response->status < 200 || response->status > 299) {
+    return error_from_response(response->status, response->body, method + " " + target);
+  }
+  if (response->body.empty()) return Json();
+  Json parsed = Json::parse(response->body, nullptr, false);
+  if (parsed.is_discarded()) {
+    return Error::of(ErrorCode::kInternal, "", "", method + " " + target + ": the answer is not JSON");
+  }
+  return parsed;
+}
+
+Result<int> ServerApi::stream(const std::string& target, const std::function<bool(std::string_view)>& on_chunk) {
+  auto c = client();
+  if (!c) return c.error();
+  return (*c)->stream("GET", target, on_chunk);
+}
+
+}  // namespace cnlab::agent
