@@ -65,6 +65,7 @@ Json status_to_json(const JobStatus& status) {
     }
     j["placement"] = std::move(nodes);
   }
+  if (!status.succeeded_nodes.empty()) j["succeeded_nodes"] = status.succeeded_nodes;
   if (!status.message.empty()) j["message"] = status.message;
   if (status.finished_at) j["finished_at"] = format_rfc3339(*status.finished_at);
   if (status.exit_code) j["exit_code"] = *status.exit_code;
@@ -191,6 +192,21 @@ std::vector<NodeBinding> read_placement(const Json& array, const std::string& pa
   return placement;
 }
 
+std::vector<std::string> read_node_names(const Json& array, const std::string& path, JsonReader& parent) {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < array.size() && parent.status(); ++i) {
+    std::string field = fmt::format("{}[{}]", path, i);
+    if (!array[i].is_string()) {
+      parent.fail(Error::invalid_argument(field, array[i].dump(), "expected a node name"));
+      break;
+    }
+    std::string name = array[i].get<std::string>();
+    detail::check(parent, validate_name(name, field));
+    names.push_back(std::move(name));
+  }
+  return names;
+}
+
 std::vector<JobEvent> read_events(const Json& array, const std::string& path, JsonReader& parent) {
   std::vector<JobEvent> events;
   for (size_t i = 0; i < array.size() && parent.status(); ++i) {
@@ -208,14 +224,17 @@ std::vector<JobEvent> read_events(const Json& array, const std::string& path, Js
 }
 
 JobStatus read_status(JsonReader& r) {
-  r.only({"phase", "submitted_at", "started_at", "last_checkpoint_at", "placement", "message", "finished_at",
-          "exit_code", "signal", "events", "waiting_reason", "cancel_requested", "attempts"});
+  r.only({"phase", "submitted_at", "started_at", "last_checkpoint_at", "placement", "succeeded_nodes", "message",
+          "finished_at", "exit_code", "signal", "events", "waiting_reason", "cancel_requested", "attempts"});
   JobStatus status;
   status.phase = detail::read_enum(r, "phase", kPhases, JobPhase::kPending, "phases");
   status.submitted_at = r.time("submitted_at").value_or(Time{});
   status.started_at = r.time("started_at");
   status.last_checkpoint_at = r.time("last_checkpoint_at");
   if (const Json* placement = r.array("placement")) status.placement = read_placement(*placement, r.path_of("placement"), r);
+  if (const Json* succeeded = r.array("succeeded_nodes")) {
+    status.succeeded_nodes = read_node_names(*succeeded, r.path_of("succeeded_nodes"), r);
+  }
   status.message = r.string_or("message", "");
   status.finished_at = r.time("finished_at");
   if (auto code = detail::optional_integer(r, "exit_code", 0, 255)) status.exit_code = static_cast<int>(*code);

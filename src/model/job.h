@@ -121,6 +121,9 @@ struct JobStatus {
   std::optional<Time> started_at;
   std::optional<Time> last_checkpoint_at;
   std::vector<NodeBinding> placement;  // the node/GPU bindings; set while Scheduled or Running
+  // The members of a multi-node (gang) placement whose agents reported Succeeded, in report order.
+  // The job ends Succeeded when every node of the placement is here; cleared with the placement.
+  std::vector<std::string> succeeded_nodes;
   std::string message;
   std::optional<Time> finished_at;  // when it reached a terminal phase
   std::optional<int> exit_code;     // 0..255, when the process exited

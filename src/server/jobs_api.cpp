@@ -1,5 +1,7 @@
 // Jobs: submit (admission, quotas, idempotency), read, list and watch, cancel, events, the agent's
 // status reports, and logs.
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -408,16 +410,41 @@ net::Response Api::report_job_status(const Call& call) {
           start_latency = static_cast<double>((call.now - job.status.submitted_at).count());
           return true;
         }
+        // A gang job (a placement of several nodes) runs one member on each node. It succeeds when
+        // every member has, and fails as soon as one does; its other agents see the end and stop.
+        const std::string& node = call.caller.node;
+        bool gang = job.status.placement.size() > 1;
+        int64_t code = exit_code;
+        int64_t sig = signal;
+        if (to->second == model::JobPhase::kSucceeded && gang) {
+          auto& done = job.status.succeeded_nodes;
+          if (std::find(done.begin(), done.end(), node) != done.end()) return checkpoint_at.has_value();
+          done.push_back(node);
+          bool all = std::all_of(job.status.placement.begin(), job.status.placement.end(), [&](const auto& b) {
+            return std::find(done.begin(), done.end(), b.node) != done.end();
+          });
+          if (!all) return true;  // the job runs on until its last member succeeds
+          code = 0;
+          sig = 0;
+        }
+        std::string what = code >= 0 ? fmt::format("exit code {}", code) : sig > 0 ? fmt::format("signal {}", sig) : "";
+        if (gang && !message.empty()) {
+          job.status.message = node + ": " + message;
+        } else if (gang && to->second == model::JobPhase::kFailed) {
+          job.status.message = node + ": " + (what.empty() ? "failed" : what);
+        } else {
+          job.status.message = message;
+        }
         bool cancelled = job.status.cancel_requested;
         job.status.phase = cancelled ? model::JobPhase::kCancelled : to->second;
         job.status.finished_at = call.now;
-        if (exit_code >= 0) job.status.exit_code = static_cast<int>(exit_code);
-        if (signal > 0) job.status.signal = static_cast<int>(signal);
-        job.status.message = message;
+        if (code >= 0) job.status.exit_code = static_cast<int>(code);
+        if (sig > 0) job.status.signal = static_cast<int>(sig);
+        std::string on = gang && to->second == model::JobPhase::kFailed ? " on " + node : "";
         job.status.events.push_back(event(model::JobEventType::kFinished, call.now,
-                                          fmt::format("{}{}{}", to_string(job.status.phase),
-                                                      exit_code >= 0 ? fmt::format(", exit code {}", exit_code) : "",
-                                                      signal > 0 ? fmt::format(", signal {}", signal) : "")));
+                                          fmt::format("{}{}{}{}", to_string(job.status.phase), on,
+                                                      code >= 0 ? fmt::format(", exit code {}", code) : "",
+                                                      sig > 0 ? fmt::format(", signal {}", sig) : "")));
         return true;
       },
       audit.dump());
@@ -443,13 +470,15 @@ net::Response Api::post_logs(const Call& call) {
   std::vector<LogLine> lines;
   const Json& array = (*body)["lines"];
   for (size_t i = 0; i < array.size(); ++i) {
-    auto line = log_line_from_json(array[i], fmt::format("lines[{}]", i));
+    auto line = posted_log_line_from_json(array[i], fmt::format("lines[{}]", i));
     if (!line) return error_response(line.error());
     lines.push_back(std::move(*line));
   }
-  auto last = ctx_.logs.append(id, lines);
-  if (!last) return error_response(last.error());
-  return json_response(200, {{"last_seq", *last}});
+  // The members of a gang job each number their own lines: the server numbers the job's log and
+  // skips, per node, what that node already shipped.
+  auto appended = ctx_.logs.append(id, call.caller.node, std::move(lines));
+  if (!appended) return error_response(appended.error());
+  return json_response(200, {{"last_seq", appended->last_seq}, {"last_node_seq", appended->last_node_seq}});
 }
 
 net::Response Api::get_logs(const Call& call) {

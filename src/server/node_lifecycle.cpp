@@ -103,6 +103,7 @@ void NodeLifecycle::requeue_jobs_of(const std::string& node, Time now) {
           for (const auto& b : job.status.placement) here = here || b.node == node;
           if (!here) return false;
           job.status.placement.clear();
+          job.status.succeeded_nodes.clear();
           job.status.started_at.reset();
           if (job.status.cancel_requested) {
             job.status.phase = model::JobPhase::kCancelled;

@@ -200,6 +200,7 @@ size_t SchedulerLoop::commit(const sched::CycleResult& result) {
     const std::string& by = snapshot_.jobs[p.for_job].meta.name;
     job.status.phase = model::JobPhase::kPending;
     job.status.placement.clear();
+    job.status.succeeded_nodes.clear();
     job.status.started_at.reset();
     job.status.events.push_back({model::JobEventType::kPreempted, now,
                                  fmt::format("pre-empted for job {}{}", by,
@@ -213,6 +214,7 @@ size_t SchedulerLoop::commit(const sched::CycleResult& result) {
     job.status.phase = model::JobPhase::kScheduled;
     job.status.started_at = now;
     job.status.placement.clear();
+    job.status.succeeded_nodes.clear();  // a new attempt: no member of it has finished
     std::string where;
     for (const auto& grant : p.nodes) {
       model::NodeBinding binding{snapshot_.nodes[grant.node].meta.name, {}};

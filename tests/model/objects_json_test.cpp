@@ -200,6 +200,36 @@ TEST(JobJson, ScheduledJobRoundTripsAndNeedsAPlacement) {
   EXPECT_THAT(bad.error().message, HasSubstr("Scheduled job needs a placement"));
 }
 
+TEST(JobJson, TheSucceededMembersOfAGangRoundTripAndAreOmittedWhenNone) {
+  Job job = running_job();
+  job.status.placement = {{"gpu-1", {{0, 100, 80 * 1024, -1}}}, {"gpu-2", {{0, 100, 80 * 1024, -1}}}};
+  job.status.succeeded_nodes = {"gpu-2"};
+  Json j = to_json(job);
+  EXPECT_EQ(j["status"]["succeeded_nodes"], Json({"gpu-2"}));
+  auto back = job_from_json(j);
+  ASSERT_TRUE(back) << back.error().to_string();
+  EXPECT_EQ(*back, job);
+
+  job.status.succeeded_nodes.clear();
+  EXPECT_FALSE(to_json(job)["status"].contains("succeeded_nodes"));
+  auto none = job_from_json(to_json(job));
+  ASSERT_TRUE(none) << none.error().to_string();
+  EXPECT_TRUE(none->status.succeeded_nodes.empty());
+}
+
+TEST(JobJson, SucceededNodesMustBeAnArrayOfNodeNames) {
+  Json j = to_json(running_job());
+  j["status"]["succeeded_nodes"] = "gpu-1";
+  EXPECT_EQ(job_from_json(j).error().field, "status.succeeded_nodes");
+  j["status"]["succeeded_nodes"] = {"gpu-1", 7};
+  auto number = job_from_json(j);
+  ASSERT_FALSE(number);
+  EXPECT_EQ(number.error().field, "status.succeeded_nodes[1]");
+  EXPECT_THAT(number.error().message, HasSubstr("expected a node name"));
+  j["status"]["succeeded_nodes"] = {"../gpu-1"};
+  EXPECT_EQ(job_from_json(j).error().field, "status.succeeded_nodes[0]");
+}
+
 TEST(JobPhaseNames, ScheduledIsAppendedSoExistingValuesKeepTheirOrder) {
   EXPECT_EQ(static_cast<int>(JobPhase::kPending), 0);
   EXPECT_EQ(static_cast<int>(JobPhase::kRunning), 1);
