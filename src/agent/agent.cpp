@@ -102,6 +102,7 @@ class AgentImpl final : public Agent {
     }
     if (watch_thread_.joinable()) watch_thread_.join();
     if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+    if (reaper_thread_.joinable()) reaper_thread_.join();
     std::map<std::string, std::shared_ptr<JobRunner>> runners;
     {
       std::lock_guard lock(mutex_);
@@ -139,6 +140,7 @@ class AgentImpl final : public Agent {
   void reconcile(const model::Job& job);
   void forget(const std::string& id);  // the job left this node (a watch DELETED)
   void reap();
+  void reaper_loop();  // reaps finished runners (and starts their relaunches) as they finish
   bool pause(std::chrono::milliseconds duration) {
     std::unique_lock lock(mutex_);
     wake_.wait_for(lock, duration, [&] { return stopped_.load(); });
@@ -167,12 +169,14 @@ class AgentImpl final : public Agent {
   // Jobs whose runner finished here, until the server no longer shows them active on this node:
   // a late watch event must not start them again.
   std::set<std::string> finished_;
+  std::map<std::string, model::Job> relaunch_;  // bound here again while the old run still stops
   std::map<std::string, std::string> addresses_;  // node -> reported host, for MASTER_ADDR
   std::atomic<int64_t> heartbeats_ok_{0}, heartbeats_failed_{0};
 
   std::mutex api_mutex_;
   std::shared_ptr<ServerApi> watch_api_, heartbeat_api_;
-  std::thread heartbeat_thread_, watch_thread_;
+  std::thread heartbeat_thread_, watch_thread_, reaper_thread_;
+  bool reap_due_ = false;
 };
 
 model::Node AgentImpl::report(Time now) {
@@ -224,7 +228,8 @@ Status AgentImpl::open() {
   runtime_options.shim_command = config_.shim_command;
   runtime_options.use_cgroups = config_.use_cgroups;
   runtime_options.use_namespaces = config_.use_namespaces;
-  runtime_options.cgroup_parent = config_.cgroup_parent;
+  // One level per node: two agents on one machine (tests, demos) never share a job's cgroup.
+  runtime_options.cgroup_parent = config_.cgroup_parent + "/" + name_;
   auto runtime = Runtime::create(runtime_options);
   if (!runtime) return runtime.error();
   runtime_ = std::move(*runtime);
@@ -249,6 +254,19 @@ Status AgentImpl::open() {
     run_as.user = config_.run_as;
     uid = found->pw_uid;
     gid = found->pw_gid;
+    // The job's user must pass through every directory above its own: say so now, not per job.
+    for (fs::path dir = jobs_dir; !dir.empty(); dir = dir.parent_path()) {
+      struct stat st {};
+      if (::stat(dir.c_str(), &st) == 0 && st.st_uid != *uid && !(st.st_mode & S_IXOTH) &&
+          !(st.st_gid == *gid && (st.st_mode & S_IXGRP))) {
+        return Error::invalid_argument(
+            "--data-dir", config_.data_dir,
+            fmt::format("jobs run as \"{}\" cannot reach {}: {} has mode {:o}; use a data directory whose parents "
+                        "others may traverse (chmod o+x), or another --run-as",
+                        config_.run_as, jobs_dir.string(), dir.string(), st.st_mode & 07777));
+      }
+      if (dir == dir.root_path()) break;
+    }
   }
 
   HostResources host = detect_host();
@@ -268,8 +286,15 @@ Status AgentImpl::open() {
   context_.run_as_uid = uid;
   context_.run_as_gid = gid;
   context_.stop_grace = config_.stop_grace;
+  context_.checkpoint_grace = config_.checkpoint_grace;
+  context_.checkpoints_dir = fs::path(config_.data_dir) / "checkpoints";
   context_.node_address = [this](const std::string& node) { return node_address(node); };
   context_.counters = &counters_;
+  context_.on_finished = [this] {
+    std::lock_guard lock(mutex_);
+    reap_due_ = true;
+    wake_.notify_all();
+  };
 
   if (auto ok = register_or_load(); !ok) return ok;
   adopt_jobs();
@@ -289,6 +314,7 @@ Status AgentImpl::open() {
     metrics_ = std::move(*server);
   }
   heartbeat_thread_ = std::thread([this] { heartbeat_loop(); });
+  reaper_thread_ = std::thread([this] { reaper_loop(); });
   watch_thread_ = std::thread([this] { watch_loop(); });
   const RuntimeCapabilities& caps = runtime_->capabilities();
   spdlog::info("agent started node=\"{}\" server=\"{}\" gpus={} backend={} cgroups={} namespaces={} run_as=\"{}\" "
@@ -413,10 +439,17 @@ void AgentImpl::reconcile(const model::Job& job) {
   auto it = runners_.find(id);
   if (!mine) {
     finished_.erase(id);
+    relaunch_.erase(id);
     if (it != runners_.end()) it->second->request_stop(JobRunner::StopReason::kGone);
     return;
   }
   if (it != runners_.end()) {
+    if (it->second->leaving()) {
+      // Taken off and given back (pre-empted, then bound here again) while the old run is still
+      // stopping: start the new run once the old one is done.
+      relaunch_[id] = job;
+      return;
+    }
     it->second->update(job);
     if (job.status.cancel_requested) it->second->request_stop(JobRunner::StopReason::kCancelled);
     return;
@@ -433,8 +466,21 @@ void AgentImpl::reconcile(const model::Job& job) {
 void AgentImpl::forget(const std::string& id) {
   std::lock_guard lock(mutex_);
   finished_.erase(id);
+  relaunch_.erase(id);
   auto it = runners_.find(id);
   if (it != runners_.end()) it->second->request_stop(JobRunner::StopReason::kGone);
+}
+
+void AgentImpl::reaper_loop() {
+  while (true) {
+    {
+      std::unique_lock lock(mutex_);
+      wake_.wait_for(lock, 1s, [&] { return reap_due_ || stopped_; });
+      if (stopped_) return;
+      reap_due_ = false;
+    }
+    reap();
+  }
 }
 
 void AgentImpl::reap() {
@@ -443,8 +489,18 @@ void AgentImpl::reap() {
     std::lock_guard lock(mutex_);
     for (auto it = runners_.begin(); it != runners_.end();) {
       if (it->second->finished()) {
-        finished_.insert(it->first);
         done.push_back(std::move(it->second));
+        auto again = relaunch_.find(it->first);
+        if (again != relaunch_.end() && !stopped_) {
+          spdlog::info("job bound again job=\"{}\" node=\"{}\"", it->first, name_);
+          it->second = JobRunner::launch(context_, again->second);
+          relaunch_.erase(again);
+          ++it;
+          continue;
+        }
+        // A run that ended by itself is not started again by a late event; one taken off the node
+        // may well be bound here again later.
+        if (!done.back()->leaving()) finished_.insert(it->first);
         it = runners_.erase(it);
       } else {
         ++it;

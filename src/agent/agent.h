@@ -36,6 +36,7 @@ struct AgentConfig {
   std::string metrics_listen;  // "127.0.0.1:9402"; empty: no metrics endpoint
   std::chrono::milliseconds heartbeat_interval{5000};
   std::chrono::milliseconds stop_grace{10000};
+  std::chrono::milliseconds checkpoint_grace{30000};  // SIGUSR1 to SIGTERM for a pre-empted checkpointable job
   int64_t workspace_cache_bytes = int64_t{10} << 30;
 };
 

@@ -36,6 +36,7 @@ struct AgentFlags {
   std::vector<std::string> labels;
   std::string heartbeat = "5s";
   std::string grace = "10s";
+  std::string checkpoint_grace = "30s";
   bool no_cgroups = false;
   bool no_namespaces = false;
   bool stop_jobs = false;
@@ -57,6 +58,9 @@ int run_agent(AgentFlags& flags) {
   if (!grace) return fail(grace.error());
   config.heartbeat_interval = std::chrono::duration_cast<std::chrono::milliseconds>(*heartbeat);
   config.stop_grace = std::chrono::duration_cast<std::chrono::milliseconds>(*grace);
+  auto checkpoint_grace = parse_duration(flags.checkpoint_grace, "--checkpoint-grace");
+  if (!checkpoint_grace) return fail(checkpoint_grace.error());
+  config.checkpoint_grace = std::chrono::duration_cast<std::chrono::milliseconds>(*checkpoint_grace);
   config.use_cgroups = !flags.no_cgroups;
   config.use_namespaces = !flags.no_namespaces;
   config.shim_command = {self_executable(), "agent-shim"};
@@ -101,7 +105,7 @@ void add_agent_commands(CLI::App& app) {
   cmd->add_option("--run-as", c.run_as, "The unprivileged user jobs run as (default: the agent's own user)");
   cmd->add_flag("--no-cgroups", flags->no_cgroups, "Run jobs without cgroups (no CPU, memory or pids limits)");
   cmd->add_flag("--no-namespaces", flags->no_namespaces, "Run jobs without their own PID, mount, IPC and UTS namespaces");
-  cmd->add_option("--cgroup-parent", c.cgroup_parent, "The cgroup jobs' cgroups go under")->capture_default_str();
+  cmd->add_option("--cgroup-parent", c.cgroup_parent, "The cgroup jobs' cgroups go under (as <parent>/<node>/<job>)")->capture_default_str();
   cmd->add_option("--cpu-milli", c.cpu_milli, "Host CPU offered to jobs, in thousandths of a core (default: all)");
   cmd->add_option("--memory-mib", c.memory_mib, "Host memory offered to jobs, in MiB (default: all)");
   cmd->add_option("--address", c.address, "The address other nodes reach this one at (a gang's MASTER_ADDR; default: the host name)");
@@ -110,6 +114,9 @@ void add_agent_commands(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--heartbeat-interval", flags->heartbeat, "How often the node reports")->capture_default_str();
   cmd->add_option("--stop-grace", flags->grace, "SIGTERM to SIGKILL when a job is cancelled or pre-empted")->capture_default_str();
+  cmd->add_option("--checkpoint-grace", flags->checkpoint_grace,
+                  "SIGUSR1 to SIGTERM when a checkpointable job is pre-empted (time to save its checkpoint)")
+      ->capture_default_str();
   cmd->add_flag("--stop-jobs-on-exit", flags->stop_jobs, "Stop the running jobs when the agent stops (default: they keep running and are adopted)");
   cmd->callback([flags] { std::exit(run_agent(*flags)); });
 }

@@ -89,7 +89,11 @@ JobRunner::JobRunner(const RunnerContext& context, model::Job job, fs::path dir,
       dir_(std::move(dir)),
       mode_(mode),
       api_(context.server, context.token()),
-      job_(std::move(job)) {}
+      job_(std::move(job)) {
+  // The server keeps one sequence per node and job: a later run of the job on this node (after a
+  // pre-emption) numbers its lines above the earlier runs' (attempts counts the starts before it).
+  seq_base_ = static_cast<uint64_t>(job_.status.attempts) << 32;
+}
 
 JobRunner::~JobRunner() {
   detach();
@@ -133,6 +137,7 @@ Result<std::shared_ptr<JobRunner>> JobRunner::adopt(const RunnerContext& context
   runner->acked_.seq = state.value("acked_seq", uint64_t{0});
   runner->acked_.offset = state.value("acked_offset", uint64_t{0});
   runner->reported_running_ = state.value("reported_running", false);
+  runner->seq_base_ = state.value("seq_base", uint64_t{0});
   runner->running_ = handle->status().state == JobState::kRunning;
   runner->thread_ = std::thread([r = runner.get()] { r->run(); });
   return runner;
@@ -165,6 +170,16 @@ model::NodeBinding JobRunner::binding() const {
   return {};
 }
 
+bool JobRunner::leaving() const {
+  std::lock_guard lock(mutex_);
+  return stop_reason_ == StopReason::kGone;
+}
+
+bool JobRunner::checkpointable() const {
+  std::lock_guard lock(mutex_);
+  return job_.spec.checkpointable;
+}
+
 std::string JobRunner::project() const {
   std::lock_guard lock(mutex_);
   return job_.spec.project;
@@ -177,6 +192,11 @@ bool JobRunner::pause(std::chrono::milliseconds duration) {
 }
 
 void JobRunner::run() {
+  run_steps();
+  if (finished_ && context_.on_finished) context_.on_finished();
+}
+
+void JobRunner::run_steps() {
   if (mode_ == Mode::kLost) {
     report("Failed", std::nullopt, std::nullopt,
            fmt::format("node {} has no record of this job's process (lost across an agent or node restart)",
@@ -198,7 +218,8 @@ Status JobRunner::save_state() {
     state = {{"job", model::to_json(job_)},
              {"acked_seq", acked_.seq},
              {"acked_offset", acked_.offset},
-             {"reported_running", reported_running_}};
+             {"reported_running", reported_running_},
+             {"seq_base", seq_base_}};
   }
   std::string text = state.dump();
   fs::path temp = dir_ / "runner.json.tmp";
@@ -256,6 +277,13 @@ bool JobRunner::prepare_and_start() {
     fs::create_directories(work, ec);
   }
   fs::create_directories(artifacts, ec);
+  bool resumed = false;
+  fs::path kept = context_.checkpoints_dir / dir_.filename();
+  if (!context_.checkpoints_dir.empty() && fs::is_directory(kept, ec)) {
+    fs::rename(kept, checkpoint, ec);  // the checkpoint it saved when it was last taken off this node
+    resumed = !ec;
+    ec.clear();
+  }
   fs::create_directories(checkpoint, ec);
   if (ec) return fail("cannot create the job's directories under " + dir_.string() + ": " + ec.message());
   for (const auto& d : {work, artifacts, checkpoint}) ::chmod(d.c_str(), 0700);
@@ -292,6 +320,7 @@ bool JobRunner::prepare_and_start() {
   spec.job_id = job_id_;
   spec.argv = job.spec.command;
   spec.env = job_environment(job, env);
+  if (resumed) spec.env.push_back("CNLAB_RESUMED=1");
   spec.working_dir = working_dir.string();
   spec.limits.cpu_milli = job.spec.cpu_milli;
   spec.limits.memory_bytes = job.spec.memory_mib * (int64_t{1} << 20);
@@ -334,8 +363,14 @@ void JobRunner::supervise() {
       reason = stop_reason_;
     }
     if (reason != StopReason::kNone && !stop_sent_.exchange(true)) {
-      spdlog::info("job stopping job=\"{}\" reason={}", job_id_, reason == StopReason::kCancelled ? "cancelled" : "gone");
-      stopper_ = std::thread([handle = *handle_, grace = context_.stop_grace] { (void)handle.stop(grace); });
+      bool checkpoint = reason == StopReason::kGone && checkpointable();
+      spdlog::info("job stopping job=\"{}\" reason={} checkpoint={}", job_id_,
+                   reason == StopReason::kCancelled ? "cancelled" : "gone", checkpoint);
+      stopper_ = std::thread([handle = *handle_, grace = context_.stop_grace, checkpoint,
+                              checkpoint_grace = context_.checkpoint_grace] {
+        if (checkpoint && handle.send_checkpoint_signal()) (void)handle.wait(checkpoint_grace);
+        (void)handle.stop(grace);
+      });
     }
     if (reader && !ship_logs(*reader, false)) request_stop(StopReason::kGone);
     JobStatus status = handle_->status();
@@ -365,7 +400,7 @@ bool JobRunner::ship_logs(OutputReader& reader, bool until_end) {
     for (const auto& line : *lines) {
       bytes += line.text.size() + 64;
       if (line.stream == OutputStream::kStderr && !line.text.empty()) last_stderr_ = line.text;
-      batch.push_back({{"seq", line.seq},
+      batch.push_back({{"seq", seq_base_ + line.seq},
                        {"stream", std::string(to_string(line.stream))},
                        {"time", format_rfc3339(std::chrono::time_point_cast<std::chrono::seconds>(line.time))},
                        {"text", line.text}});
@@ -412,7 +447,7 @@ bool JobRunner::post_lines(const Json& lines, size_t count) {
 void JobRunner::note(const std::string& text) {
   uint64_t seq = std::max(acked_.seq, next_note_seq_) + 1;
   next_note_seq_ = seq;
-  Json lines = Json::array({{{"seq", seq}, {"stream", "stderr"}, {"time", now_text()}, {"text", "cnlab: " + text}}});
+  Json lines = Json::array({{{"seq", seq_base_ + seq}, {"stream", "stderr"}, {"time", now_text()}, {"text", "cnlab: " + text}}});
   (void)post_lines(lines, 1);
 }
 
@@ -511,6 +546,18 @@ void JobRunner::finish(const JobStatus& status) {
     }
   }
   if (detached()) return;  // the next agent finishes the job's bookkeeping
+  std::error_code ec;
+  fs::path kept = context_.checkpoints_dir / dir_.filename();
+  if (!context_.checkpoints_dir.empty()) {
+    if (reason == StopReason::kGone && checkpointable() && !fs::is_empty(dir_ / "checkpoint", ec)) {
+      fs::create_directories(context_.checkpoints_dir, ec);
+      (void)safe_remove_tree(kept.string());
+      fs::rename(dir_ / "checkpoint", kept, ec);
+      spdlog::info("job checkpoint kept job=\"{}\" dir=\"{}\" error=\"{}\"", job_id_, kept.string(), ec.message());
+    } else if (reason != StopReason::kGone && fs::exists(kept, ec)) {
+      (void)safe_remove_tree(kept.string());  // it ended: nothing to resume
+    }
+  }
   if (auto removed = safe_remove_tree(dir_.string()); !removed) {
     spdlog::warn("job directory not removed job=\"{}\" error=\"{}\"", job_id_, removed.error().to_string());
   }

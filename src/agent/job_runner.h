@@ -49,9 +49,15 @@ struct RunnerContext {
   RunAs run_as;
   std::optional<uint32_t> run_as_uid, run_as_gid;  // resolved, for chown of the job's directories
   std::chrono::milliseconds stop_grace{10000};
+  // A checkpointable job taken off the node gets SIGUSR1 and this long to save into
+  // CNLAB_CHECKPOINT_DIR and exit before SIGTERM. What it saved is kept in `checkpoints_dir/<job>`
+  // and handed back when the job starts here again.
+  std::chrono::milliseconds checkpoint_grace{30000};
+  std::filesystem::path checkpoints_dir;  // <data-dir>/checkpoints
   // Resolves a node name to the host its agent reported (a gang's MASTER_ADDR).
   std::function<std::string(const std::string& node)> node_address;
   RunnerCounters* counters = nullptr;
+  std::function<void()> on_finished;  // called once a runner is done (the agent reaps it)
 };
 
 class JobRunner {
@@ -79,16 +85,20 @@ class JobRunner {
   // adopted by the next agent).
   void detach();
   bool finished() const { return finished_.load(); }
+  // Stopping because the job was taken off this node.
+  bool leaving() const;
 
   // For metrics: the binding on this node (empty until known) and whether the process runs.
   model::NodeBinding binding() const;
   std::string project() const;
+  bool checkpointable() const;
   bool running() const { return running_.load(); }
 
  private:
   enum class Mode { kLaunch, kAdopt, kLost };
   JobRunner(const RunnerContext& context, model::Job job, std::filesystem::path dir, Mode mode);
   void run();
+  void run_steps();
   // The steps of run(); each returns false when the runner should stop where it is.
   bool prepare_and_start();
   void supervise();
@@ -118,6 +128,7 @@ class JobRunner {
   std::optional<JobHandle> handle_;
   OutputCursor acked_;            // what the server has stored
   uint64_t next_note_seq_ = 0;    // agent notes continue after the output's records
+  uint64_t seq_base_ = 0;         // added to every shipped line's seq (see the constructor)
   bool reported_running_ = false;
   std::string last_stderr_;       // for the message of a failed job
   std::thread stopper_;

@@ -84,7 +84,7 @@ class ServerProcess {
       std::string log = data_dir_ + "/server.log";
       FILE* err = std::fopen(log.c_str(), "a");
       if (err) ::dup2(fileno(err), 2);
-      std::vector<std::string> args = {CNLAB_BINARY, "server", "--data-dir", data_dir_, "--listen", "127.0.0.1:0"};
+      std::vector<std::string> args = {CNLAB_BINARY, "server", "--data-dir", data_dir_, "--listen", listen_};
       for (auto& e : extra) args.push_back(e);
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
@@ -103,6 +103,8 @@ class ServerProcess {
       throw std::runtime_error("server did not start: \"" + line + "\"; log: " + slurp(data_dir_ + "/server.log"));
     }
     url_ = line.substr(prefix.size());
+    // A restart of this server comes back on the same port, where its clients and agents look.
+    listen_ = "127.0.0.1:" + url_.substr(url_.rfind(':') + 1);
   }
 
   // SIGTERM for a clean stop, SIGKILL for a crash.
@@ -132,6 +134,7 @@ class ServerProcess {
  private:
   std::string data_dir_;
   std::string url_;
+  std::string listen_ = "127.0.0.1:0";
   pid_t pid_ = -1;
 };
 

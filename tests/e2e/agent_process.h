@@ -1,0 +1,95 @@
+// Starts the real `cnlab agent` as a node of a test cluster: simulated GPUs, its own data
+// directory, metrics on a free loopback port, short heartbeats and stop grace so that tests run fast.
+#pragma once
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "server_process.h"
+
+namespace cnlab::server::test_support {
+
+class AgentProcess {
+ public:
+  struct Options {
+    std::string name;
+    std::string gpus = "h100x2";
+    std::string run_as;  // "" runs jobs as the test's own user
+    std::vector<std::string> extra;
+  };
+
+  AgentProcess(const ServerProcess& server, std::string join_token, std::string data_dir, Options options)
+      : server_url_(server.url()),
+        ca_(server.ca()),
+        join_token_(std::move(join_token)),
+        data_dir_(std::move(data_dir)),
+        options_(std::move(options)) {
+    start();
+  }
+  ~AgentProcess() { stop(SIGTERM); }
+
+  void start() {
+    int out[2];
+    if (::pipe(out) != 0) std::abort();
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(out[1], 1);
+      ::close(out[0]);
+      ::close(out[1]);
+      std::string log = data_dir_ + ".log";
+      FILE* err = std::fopen(log.c_str(), "a");
+      if (err) ::dup2(fileno(err), 2);
+      std::vector<std::string> args = {CNLAB_BINARY,     "agent",          "--server",         server_url_,
+                                       "--ca",           ca_,              "--join-token",     join_token_,
+                                       "--data-dir",     data_dir_,        "--name",           options_.name,
+                                       "--simulate-gpus", options_.gpus,   "--metrics-listen", "127.0.0.1:0",
+                                       "--heartbeat-interval", "1s",       "--stop-grace",     "1s"};
+      if (!options_.run_as.empty()) {
+        args.push_back("--run-as");
+        args.push_back(options_.run_as);
+      }
+      for (const auto& e : options_.extra) args.push_back(e);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    std::string line;
+    char c;
+    while (::read(out[0], &c, 1) == 1 && c != '\n') line += c;
+    ::close(out[0]);
+    if (line.rfind("agent ", 0) != 0) {
+      stop(SIGKILL);
+      throw std::runtime_error("agent did not start: \"" + line + "\"; log: " + slurp(data_dir_ + ".log"));
+    }
+    auto at = line.find("metrics on ");
+    metrics_url_ = at == std::string::npos ? "" : line.substr(at + 11);
+  }
+
+  // SIGTERM: a clean stop (jobs keep running); SIGKILL: the agent dies (jobs keep running too).
+  void stop(int signal) {
+    if (pid_ <= 0) return;
+    ::kill(pid_, signal);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+
+  const std::string& data_dir() const { return data_dir_; }
+  const std::string& metrics_url() const { return metrics_url_; }
+  std::string log() const { return slurp(data_dir_ + ".log"); }
+
+ private:
+  std::string server_url_, ca_, join_token_, data_dir_;
+  Options options_;
+  std::string metrics_url_;
+  pid_t pid_ = -1;
+};
+
+}  // namespace cnlab::server::test_support

@@ -1,0 +1,354 @@
+// The agent end to end: a real server, real agents on simulated GPUs, real processes in cgroups and
+// namespaces (where the machine allows them), as a user would see them through the API.
+#include <gmock/gmock.h>
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <fstream>
+
+#include "agent/files/files.h"
+#include "agent_process.h"
+#include "fixtures.h"
+
+namespace cnlab::server::test_support {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+// Whether any process on the machine has `marker` in its command line.
+bool process_with(const std::string& marker) {
+  DIR* proc = ::opendir("/proc");
+  bool found = false;
+  while (dirent* e = ::readdir(proc)) {
+    if (!std::isdigit(static_cast<unsigned char>(e->d_name[0]))) continue;
+    std::ifstream in(std::string("/proc/") + e->d_name + "/cmdline");
+    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (cmdline.find(marker) != std::string::npos && cmdline.find("e2e_agent_tests") == std::string::npos) found = true;
+  }
+  ::closedir(proc);
+  return found;
+}
+
+class AgentTest : public ClusterTest {
+ protected:
+  void SetUp() override {
+    // Jobs run as nobody when the test runs as root: they must pass through the agents' directory.
+    ::chmod(nodes_.path().c_str(), 0711);
+    start_server({"--not-ready-after", "2s", "--lost-after", "4s"});
+  }
+
+  std::string join_token() { return call(*admin_, "POST", "/v1/join-tokens", 201, {{"ttl", "1h"}})["token"]; }
+
+  AgentProcess& add_agent(const std::string& name, std::string gpus = "h100x2", std::vector<std::string> extra = {}) {
+    AgentProcess::Options options{name, std::move(gpus), ::geteuid() == 0 ? "nobody" : "", std::move(extra)};
+    agents_.push_back(std::make_unique<AgentProcess>(*server_, join_token(), nodes_.path() + "/agent-" + name, options));
+    // Ready once the server has its heartbeat.
+    EXPECT_TRUE(eventually([&] {
+      auto r = admin_->request("GET", "/v1/nodes/" + name);
+      return r && r->status == 200 && Json::parse(r->body)["status"]["phase"] == "Ready";
+    }));
+    return *agents_.back();
+  }
+
+  std::string submit(const std::vector<std::string>& command, const std::string& gpu = "h100-25", int64_t memory_mib = 256,
+                     Json extra_spec = Json::object()) {
+    Json body = job_body("default", gpu, command);
+    body["spec"]["memory_mib"] = memory_mib;
+    for (auto& [k, v] : extra_spec.items()) body["spec"][k] = v;
+    return call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
+  }
+
+  Json wait_for_end(const std::string& id, std::chrono::milliseconds timeout = 30s) {
+    Json job;
+    eventually(
+        [&] {
+          job = get_job(*admin_, id);
+          std::string phase = job["status"]["phase"];
+          return phase == "Succeeded" || phase == "Failed" || phase == "Cancelled";
+        },
+        timeout);
+    return job;
+  }
+
+  std::vector<Json> logs(const std::string& id) {
+    auto r = admin_->request("GET", "/v1/jobs/" + id + "/logs");
+    std::vector<Json> lines;
+    if (!r || r->status != 200) return lines;
+    std::stringstream in(r->body);
+    for (std::string line; std::getline(in, line);) {
+      if (!line.empty()) lines.push_back(Json::parse(line));
+    }
+    return lines;
+  }
+  std::vector<std::string> texts(const std::vector<Json>& lines) {
+    std::vector<std::string> out;
+    for (const auto& l : lines) out.push_back(l["text"]);
+    return out;
+  }
+  std::string node_of(const std::string& id) { return get_job(*admin_, id)["status"]["placement"][0]["node"]; }
+
+  TempDir nodes_;  // the agents' data directories (the server's is dir_)
+  std::vector<std::unique_ptr<AgentProcess>> agents_;
+};
+
+TEST_F(AgentTest, TheNodeAppearsWithItsSimulatedGpusAndTheAgentServesMetrics) {
+  AgentProcess& agent = add_agent("gpu-1", "h100x2,l4");
+  Json node = call(*admin_, "GET", "/v1/nodes/gpu-1", 200);
+  ASSERT_EQ(node["status"]["gpus"].size(), 3u);
+  EXPECT_EQ(node["status"]["gpus"][2]["model"], "l4");
+  EXPECT_EQ(node["status"]["gpus"][0]["uuid"], "GPU-gpu-1-0");
+  EXPECT_TRUE(node["status"]["simulated"].get<bool>());
+  EXPECT_TRUE(node["status"]["gpus"][0]["simulated"].get<bool>());
+
+  auto metrics = net::Client::connect({agent.metrics_url(), "", ""});
+  ASSERT_TRUE(metrics);
+  auto scraped = (*metrics)->request("GET", "/metrics");
+  ASSERT_TRUE(scraped);
+  EXPECT_THAT(scraped->body, HasSubstr("cnlab_agent_gpu_info{gpu=\"2\",uuid=\"GPU-gpu-1-2\",model=\"l4\",simulated=\"true\"} 1"));
+  EXPECT_THAT(scraped->body, HasSubstr("cnlab_agent_jobs_running 0"));
+}
+
+TEST_F(AgentTest, AJobPrintsWritesArtifactsAndSucceeds) {
+  add_agent("gpu-1");
+  std::string id = submit({"python3", "-c",
+                           "import os, sys\n"
+                           "print('job', os.environ['CNLAB_JOB_ID'], 'gpus', os.environ['CUDA_VISIBLE_DEVICES'])\n"
+                           "print('to stderr', file=sys.stderr)\n"
+                           "d = os.environ['CNLAB_ARTIFACTS_DIR']\n"
+                           "os.makedirs(d + '/results')\n"
+                           "open(d + '/results/metrics.csv', 'w').write('loss,acc\\n0.31,0.92\\n')\n"
+                           "print('done')"});
+  Json job = wait_for_end(id);
+  ASSERT_EQ(job["status"]["phase"], "Succeeded") << job.dump();
+  EXPECT_EQ(job["status"]["exit_code"], 0);
+  int gpu = job["status"]["placement"][0]["gpus"][0]["index"];
+  // Each stream in order; across the two pipes, order is only as the shim happened to read them.
+  std::vector<std::string> out, err;
+  for (const auto& line : logs(id)) (line["stream"] == "stderr" ? err : out).push_back(line["text"]);
+  EXPECT_THAT(out, ElementsAre("job " + id + " gpus " + std::to_string(gpu), "done"));
+  EXPECT_THAT(err, ElementsAre("to stderr"));
+  Json artifacts = call(*admin_, "GET", "/v1/jobs/" + id + "/artifacts", 200);
+  ASSERT_EQ(artifacts["items"].size(), 1u);
+  EXPECT_EQ(artifacts["items"][0]["path"], "results/metrics.csv");
+  auto file = admin_->request("GET", "/v1/jobs/" + id + "/artifacts/results/metrics.csv");
+  ASSERT_TRUE(file);
+  EXPECT_EQ(file->body, "loss,acc\n0.31,0.92\n");
+  // The job's files are removed from the node once it has been reported.
+  EXPECT_TRUE(eventually([&] { return !fs::exists(nodes_.path() + "/agent-gpu-1/jobs/" + id); }));
+}
+
+TEST_F(AgentTest, AJobRunsInItsUploadedWorkspace) {
+  add_agent("gpu-1");
+  TempDir source;
+  fs::create_directories(source.path() + "/src");
+  std::ofstream(source.path() + "/src/data.txt") << "from the workspace\n";
+  agent::PackOptions options;
+  options.output_path = source.path() + ".tgz";
+  auto packed = agent::pack_workspace(source.path(), options);
+  ASSERT_TRUE(packed) << packed.error().to_string();
+  std::ifstream in(packed->archive_path, std::ios::binary);
+  std::string archive((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto put = admin_->request("PUT", "/v1/workspaces/" + packed->digest + "?project=default", archive);
+  ASSERT_TRUE(put);
+  ASSERT_EQ(put->status, 201) << put->body;
+  std::string id = submit({"cat", "data.txt"}, "h100-25", 256,
+                          {{"working_dir", "src"},
+                           {"workspace", {{"digest", packed->digest}, {"size_bytes", static_cast<int64_t>(archive.size())}}}});
+  Json job = wait_for_end(id);
+  EXPECT_EQ(job["status"]["phase"], "Succeeded") << job.dump();
+  EXPECT_THAT(texts(logs(id)), ElementsAre("from the workspace"));
+}
+
+TEST_F(AgentTest, ANonZeroExitFailsWithItsCodeAndLastErrorLine) {
+  add_agent("gpu-1");
+  std::string id = submit({"sh", "-c", "echo working; echo 'ValueError: bad input' >&2; exit 3"});
+  Json job = wait_for_end(id);
+  EXPECT_EQ(job["status"]["phase"], "Failed");
+  EXPECT_EQ(job["status"]["exit_code"], 3);
+  EXPECT_EQ(job["status"]["message"], "ValueError: bad input");
+}
+
+TEST_F(AgentTest, AJobOverItsMemoryLimitIsReportedAsOomKilled) {
+  add_agent("gpu-1");
+  std::string id = submit({"python3", "-c", "x = bytearray(400 * 1024 * 1024)\nprint('survived')"}, "h100-25", 64);
+  Json job = wait_for_end(id);
+  EXPECT_EQ(job["status"]["phase"], "Failed");
+  EXPECT_EQ(job["status"]["signal"], 9);
+  EXPECT_THAT(job["status"]["message"].get<std::string>(), HasSubstr("OOMKilled"));
+  EXPECT_THAT(job["status"]["message"].get<std::string>(), HasSubstr("64 MiB"));
+}
+
+TEST_F(AgentTest, ACancelledJobThatIgnoresSigtermIsKilledWithItsWholeTree) {
+  add_agent("gpu-1");
+  // The job and a child both ignore SIGTERM.
+  std::string id = submit({"python3", "-c",
+                           "import os, signal, subprocess, time\n"
+                           "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                           "subprocess.Popen(['python3', '-c', 'import signal, time\\n"
+                           "signal.signal(signal.SIGTERM, signal.SIG_IGN)\\ntime.sleep(300)  # marker-stubborn-child'])\n"
+                           "print('ignoring TERM', flush=True)\n"
+                           "time.sleep(300)"});
+  ASSERT_TRUE(eventually([&] { return texts(logs(id)) == std::vector<std::string>{"ignoring TERM"}; }, 20s));
+  ASSERT_TRUE(process_with("marker-stubborn-child"));
+  call(*admin_, "POST", "/v1/jobs/" + id + "/cancel", 200);
+  Json job = wait_for_end(id);
+  EXPECT_EQ(job["status"]["phase"], "Cancelled");
+  EXPECT_EQ(job["status"]["signal"], 9);  // SIGTERM was ignored: killed after the grace
+  EXPECT_FALSE(process_with("marker-stubborn-child"));
+}
+
+TEST_F(AgentTest, AnAgentKilledMidJobAdoptsItOnRestartAndItsLogContinues) {
+  AgentProcess& agent = add_agent("gpu-1");
+  std::string id = submit({"python3", "-c", "import time\nfor i in range(30):\n  print('tick', i, flush=True)\n  time.sleep(0.1)"});
+  ASSERT_TRUE(eventually([&] { return logs(id).size() >= 3; }, 20s));
+  agent.stop(SIGKILL);
+  std::this_thread::sleep_for(1s);  // the job keeps printing meanwhile
+  agent.start();
+  Json job = wait_for_end(id);
+  EXPECT_EQ(job["status"]["phase"], "Succeeded") << job.dump();
+  std::vector<std::string> expected;
+  for (int i = 0; i < 30; ++i) expected.push_back("tick " + std::to_string(i));
+  EXPECT_EQ(texts(logs(id)), expected);  // nothing lost, nothing twice
+  EXPECT_THAT(agent.log(), HasSubstr("job adopted job=\"" + id + "\""));
+}
+
+TEST_F(AgentTest, AServerRestartedMidJobLosesAndDoublesNoLogLine) {
+  add_agent("gpu-1");
+  std::string id = submit({"python3", "-c", "import time\nfor i in range(40):\n  print('line', i, flush=True)\n  time.sleep(0.05)"});
+  ASSERT_TRUE(eventually([&] { return logs(id).size() >= 3; }, 20s));
+  server_->stop(SIGKILL);
+  std::this_thread::sleep_for(1s);
+  server_->start({"--not-ready-after", "2s", "--lost-after", "4s"});
+  admin_ = server_->client(server_->admin_token());
+  Json job = wait_for_end(id);
+  EXPECT_EQ(job["status"]["phase"], "Succeeded") << job.dump();
+  auto lines = logs(id);
+  std::vector<std::string> expected;
+  for (int i = 0; i < 40; ++i) expected.push_back("line " + std::to_string(i));
+  EXPECT_EQ(texts(lines), expected);
+}
+
+TEST_F(AgentTest, ANodeWhoseAgentDiesIsLostItsJobRunsElsewhereAndTheReturningAgentStopsItsCopy) {
+  AgentProcess& first = add_agent("gpu-1", "h100");
+  AgentProcess& second = add_agent("gpu-2", "h100");
+  std::string id = submit({"python3", "-c", "import os, time\nprint('on', os.environ['CNLAB_NODE'], flush=True)\ntime.sleep(6)"}, "h100x1");
+  ASSERT_TRUE(wait_for_phase(*admin_, id, "Running"));
+  AgentProcess& dying = node_of(id) == "gpu-1" ? first : second;
+  std::string dead_node = node_of(id), other = dead_node == "gpu-1" ? "gpu-2" : "gpu-1";
+  dying.stop(SIGKILL);
+  // Lost after 4 s of silence; the job is requeued and runs on the other node.
+  ASSERT_TRUE(eventually([&] { return call(*admin_, "GET", "/v1/nodes/" + dead_node, 200)["status"]["phase"] == "Lost"; }, 20s));
+  ASSERT_TRUE(eventually([&] { return get_job(*admin_, id)["status"]["phase"] == "Running" && node_of(id) == other; }, 20s))
+      << get_job(*admin_, id).dump();
+  // Back before its old copy ended: it stops that copy and reports nothing for it.
+  dying.start();
+  EXPECT_TRUE(eventually([&] { return !fs::exists(dying.data_dir() + "/jobs/" + id); }, 10s));
+  Json job = wait_for_end(id);
+  EXPECT_EQ(job["status"]["phase"], "Succeeded") << job.dump();
+  EXPECT_EQ(job["status"]["placement"][0]["node"], other);
+  EXPECT_THAT(texts(logs(id)), ::testing::Contains("on " + other));
+}
+
+TEST_F(AgentTest, AGangRunsOneProcessPerNodeWithTheRendezvousEnvironment) {
+  add_agent("gpu-1");
+  add_agent("gpu-2");
+  std::string id = submit({"python3", "-c",
+                           "import os\nprint(' '.join(os.environ[k] for k in "
+                           "['RANK', 'WORLD_SIZE', 'NODE_RANK', 'LOCAL_RANK', 'MASTER_ADDR', 'MASTER_PORT', 'CNLAB_NODE']))"},
+                          "h100x4");
+  Json job = wait_for_end(id);
+  ASSERT_EQ(job["status"]["phase"], "Succeeded") << job.dump();
+  ASSERT_EQ(job["status"]["placement"].size(), 2u);
+  std::string rank0 = job["status"]["placement"][0]["node"], rank1 = job["status"]["placement"][1]["node"];
+  auto lines = texts(logs(id));
+  ASSERT_EQ(lines.size(), 2u);
+  std::vector<std::string> fields0, fields1;
+  for (const auto& line : lines) {
+    std::stringstream s(line);
+    std::vector<std::string> f;
+    for (std::string w; s >> w;) f.push_back(w);
+    ASSERT_EQ(f.size(), 7u) << line;
+    (f[0] == "0" ? fields0 : fields1) = f;
+  }
+  EXPECT_EQ(fields0[6], rank0);
+  EXPECT_EQ(fields1[6], rank1);
+  EXPECT_EQ(fields0[1], "2");
+  EXPECT_EQ(fields1[2], "1");
+  EXPECT_EQ(fields0[4], fields1[4]);  // both ranks agree on MASTER_ADDR and MASTER_PORT
+  EXPECT_EQ(fields0[5], fields1[5]);
+}
+
+TEST_F(AgentTest, AFailingGangMemberStopsTheOtherMembers) {
+  add_agent("gpu-1");
+  add_agent("gpu-2");
+  std::string id = submit({"python3", "-c",
+                           "import os, sys, time\n"
+                           "if os.environ['RANK'] == '1': sys.exit(5)\n"
+                           "time.sleep(120)  # marker-gang-rank0"},
+                          "h100x4");
+  Json job = wait_for_end(id);
+  EXPECT_EQ(job["status"]["phase"], "Failed") << job.dump();
+  EXPECT_EQ(job["status"]["exit_code"], 5);
+  EXPECT_TRUE(eventually([&] { return !process_with("marker-gang-rank0"); }, 10s));
+}
+
+TEST_F(AgentTest, WithoutCgroupsOrNamespacesJobsStillRunAndStop) {
+  add_agent("gpu-1", "h100x2", {"--no-cgroups", "--no-namespaces"});
+  std::string ok = submit({"sh", "-c", "echo plain"});
+  EXPECT_EQ(wait_for_end(ok)["status"]["phase"], "Succeeded");
+  EXPECT_THAT(texts(logs(ok)), ElementsAre("plain"));
+  std::string stubborn = submit({"sh", "-c", "trap '' TERM; echo up; sleep 300 # marker-plain-stubborn"});
+  ASSERT_TRUE(eventually([&] { return !logs(stubborn).empty(); }, 20s));
+  call(*admin_, "POST", "/v1/jobs/" + stubborn + "/cancel", 200);
+  EXPECT_EQ(wait_for_end(stubborn)["status"]["phase"], "Cancelled");
+  EXPECT_FALSE(process_with("marker-plain-stubborn"));
+}
+
+TEST_F(AgentTest, ASimulatedGpuFaultMakesTheGpuUnhealthyOnTheServer) {
+  AgentProcess& agent = add_agent("gpu-1");
+  std::ofstream(agent.data_dir() + "/faults/gpu1.fault") << "XidError 79\n";
+  EXPECT_TRUE(eventually([&] { return !call(*admin_, "GET", "/v1/nodes/gpu-1", 200)["status"]["gpus"][1]["healthy"].get<bool>(); }));
+  Json node = call(*admin_, "GET", "/v1/nodes/gpu-1", 200);
+  EXPECT_TRUE(node["status"]["gpus"][0]["healthy"].get<bool>());
+  EXPECT_THAT(node["status"]["conditions"][0]["message"].get<std::string>(), HasSubstr("XidError 79"));
+}
+
+
+TEST_F(AgentTest, APreemptedCheckpointableJobSavesAndResumesFromItsCheckpoint) {
+  add_agent("gpu-1", "h100");
+  // Counts to 40; on SIGUSR1 saves its step and exits; started again, carries on from the step saved.
+  std::string counter = submit({"python3", "-c",
+                                "import os, signal, sys, time\n"
+                                "path = os.path.join(os.environ['CNLAB_CHECKPOINT_DIR'], 'step')\n"
+                                "step = int(open(path).read()) if os.path.exists(path) else 0\n"
+                                "print('resumed at', step, os.environ.get('CNLAB_RESUMED', '0'), flush=True)\n"
+                                "def save(*_):\n"
+                                "  open(path, 'w').write(str(step))\n"
+                                "  print('saved', step, flush=True)\n"
+                                "  sys.exit(0)\n"
+                                "signal.signal(signal.SIGUSR1, save)\n"
+                                "while step < 40:\n"
+                                "  step += 1\n"
+                                "  time.sleep(0.05)\n"
+                                "print('finished at', step, flush=True)"},
+                               "h100x1", 256, {{"priority_class", "opportunistic"}, {"checkpointable", true}});
+  ASSERT_TRUE(eventually([&] { return !logs(counter).empty(); }, 20s));
+  std::string urgent = submit({"sleep", "1"}, "h100x1", 256, {{"priority_class", "production"}});
+  EXPECT_EQ(wait_for_end(urgent)["status"]["phase"], "Succeeded");
+  Json job = wait_for_end(counter);
+  EXPECT_EQ(job["status"]["phase"], "Succeeded") << job.dump() << agents_[0]->log();
+  // What it prints after it was taken off the node ("saved N") is no longer the node's to ship.
+  auto lines = texts(logs(counter));
+  ASSERT_EQ(lines.size(), 3u) << ::testing::PrintToString(lines);
+  EXPECT_EQ(lines[0], "resumed at 0 0");
+  EXPECT_THAT(lines[1], ::testing::EndsWith(" 1"));  // CNLAB_RESUMED=1: handed back its own checkpoint
+  EXPECT_NE(lines[1], "resumed at 0 1");
+  EXPECT_EQ(lines.back(), "finished at 40");
+}
+
+}  // namespace
+}  // namespace cnlab::server::test_support
