@@ -134,6 +134,9 @@ class AgentImpl final : public Agent {
   Status register_or_load();
   void adopt_jobs();
   void heartbeat_loop();
+  // Brings MIG-enabled GPUs to the layouts the scheduler decided (the node record), before the
+  // heartbeat reports what is there.
+  void apply_decided_layouts(ServerApi& api);
   void watch_loop();
   // Lists the jobs bound here and reconciles all of them; returns the list's revision.
   Result<int64_t> relist(ServerApi& api);
@@ -152,6 +155,7 @@ class AgentImpl final : public Agent {
   AgentConfig config_;
   std::string name_;
   std::unique_ptr<GpuBackend> gpus_;
+  std::unique_ptr<MigManager> mig_;
   std::unique_ptr<Runtime> runtime_;
   std::unique_ptr<WorkspaceCache> workspaces_;
   RunnerCounters counters_;
@@ -223,6 +227,8 @@ Status AgentImpl::open() {
     gpus_ = NvmlBackend::open({config_.nvml_library});
   }
 
+  mig_ = std::make_unique<MigManager>(*gpus_);
+
   // The runtime.
   RuntimeOptions runtime_options;
   runtime_options.shim_command = config_.shim_command;
@@ -290,6 +296,10 @@ Status AgentImpl::open() {
   context_.checkpoints_dir = fs::path(config_.data_dir) / "checkpoints";
   context_.node_address = [this](const std::string& node) { return node_address(node); };
   context_.counters = &counters_;
+  context_.apply_layouts = [this] {
+    ServerApi api(context_.server, token());
+    apply_decided_layouts(api);
+  };
   context_.on_finished = [this] {
     std::lock_guard lock(mutex_);
     reap_due_ = true;
@@ -358,6 +368,28 @@ void AgentImpl::adopt_jobs() {
   }
 }
 
+void AgentImpl::apply_decided_layouts(ServerApi& api) {
+  auto record = api.call("GET", "/v1/nodes/" + name_);
+  if (!record) return;
+  auto decided = model::node_from_json(*record);
+  if (!decided) return;
+  std::vector<GpuInfo> actual = gpus_->gpus();
+  for (const auto& gpu : decided->gpus) {
+    if (gpu.index < 0 || gpu.index >= static_cast<int>(actual.size())) continue;
+    const GpuInfo& here = actual[static_cast<size_t>(gpu.index)];
+    if (!gpu.mig_enabled || !here.mig_enabled || gpu.mig_instances == here.mig_instances()) continue;
+    auto applied = mig_->apply(gpu.index, gpu.mig_instances);
+    if (applied) {
+      spdlog::info("mig layout applied node=\"{}\" gpu={} created={} destroyed={}", name_, gpu.index,
+                   applied->created.size(), applied->destroyed.size());
+    } else {
+      // The heartbeat that follows reports the layout as it is; the scheduler plans from that.
+      spdlog::warn("mig layout not applied node=\"{}\" gpu={} error=\"{}\"", name_, gpu.index,
+                   applied.error().to_string());
+    }
+  }
+}
+
 void AgentImpl::heartbeat_loop() {
   auto api = std::make_shared<ServerApi>(context_.server, token());
   {
@@ -373,6 +405,7 @@ void AgentImpl::heartbeat_loop() {
       spdlog::error("gpu unhealthy node=\"{}\" gpu={} uuid=\"{}\" reason=\"{}\"", name_, event.index, event.uuid,
                     event.reason);
     }
+    apply_decided_layouts(*api);
     model::Node node = report(now());
     auto answer = api->call("PUT", "/v1/nodes/" + name_ + "/heartbeat", model::to_json(node).dump());
     if (answer) {

@@ -304,6 +304,10 @@ bool JobRunner::prepare_and_start() {
   const model::NodeBinding& binding = job.status.placement[static_cast<size_t>(rank)];
   bool simulated = context_.gpus->kind() == "simulated";
   auto devices = visible_devices(binding, context_.gpus->gpus(), simulated);
+  if (!devices && devices.error().code == ErrorCode::kFailedPrecondition && context_.apply_layouts) {
+    context_.apply_layouts();  // bound into a MIG instance the heartbeat has not created yet
+    devices = visible_devices(binding, context_.gpus->gpus(), simulated);
+  }
   if (!devices) return fail(devices.error().to_string());
   JobEnvInput env;
   env.node = context_.node;

@@ -58,6 +58,9 @@ struct RunnerContext {
   std::function<std::string(const std::string& node)> node_address;
   RunnerCounters* counters = nullptr;
   std::function<void()> on_finished;  // called once a runner is done (the agent reaps it)
+  // Applies the MIG layouts the scheduler decided now (a job bound into an instance that is not
+  // there yet starts after it).
+  std::function<void()> apply_layouts;
 };
 
 class JobRunner {

@@ -350,5 +350,20 @@ TEST_F(AgentTest, APreemptedCheckpointableJobSavesAndResumesFromItsCheckpoint) {
   EXPECT_EQ(lines.back(), "finished at 40");
 }
 
+
+TEST_F(AgentTest, TheAgentAppliesTheMigLayoutTheSchedulerDecided) {
+  add_agent("gpu-1", "h100:mig");
+  std::string id = submit({"sh", "-c", "echo in a MIG slice; sleep 3"}, "h100:3g.40gb");
+  ASSERT_TRUE(wait_for_phase(*admin_, id, "Running"));
+  // Heartbeats report the layout the GPU has: the decided instance is still there after several,
+  // so the agent created it (had it not, the next heartbeat would have reported none).
+  std::this_thread::sleep_for(2500ms);
+  Json gpu = call(*admin_, "GET", "/v1/nodes/gpu-1", 200)["status"]["gpus"][0];
+  ASSERT_EQ(gpu["mig_instances"].size(), 1u) << gpu.dump();
+  EXPECT_EQ(gpu["mig_instances"][0]["profile"], "3g.40gb");
+  EXPECT_EQ(wait_for_end(id)["status"]["phase"], "Succeeded");
+  EXPECT_THAT(agents_[0]->log(), HasSubstr("mig layout applied node=\"gpu-1\" gpu=0 created=1"));
+}
+
 }  // namespace
 }  // namespace cnlab::server::test_support
