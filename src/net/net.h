@@ -86,6 +86,9 @@ struct ServerOptions {
   size_t max_header_bytes = 16 << 10; // larger header blocks get 431/400
   size_t max_connections = 10000;
   size_t max_stream_backlog_bytes = 4 << 20;
+  // A stream written to more often than this gathers what is pushed meanwhile into one write
+  // (0: every push is written at once). Adds at most this much latency to a busy stream.
+  std::chrono::microseconds stream_coalesce{0};
   std::chrono::seconds idle_timeout{120};  // a keep-alive connection with no request is closed
 };
 

@@ -11,6 +11,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/ssl.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
@@ -428,7 +429,22 @@ class Session final : public SessionBase {
   }
 
   void kick() override {
-    if (closed_ || writing_ || !stream_impl_) return;
+    if (closed_ || writing_ || !stream_impl_ || coalescing_) return;
+    // A busy stream writes at most once per `stream_coalesce`: what is pushed meanwhile goes out
+    // in one write (one TLS record and one syscall instead of one per event).
+    auto delay = shared_->options.stream_coalesce;
+    auto now = std::chrono::steady_clock::now();
+    if (delay.count() > 0 && now - last_write_ < delay) {
+      coalescing_ = true;
+      if (!coalesce_timer_) coalesce_timer_.emplace(executor_);
+      coalesce_timer_->expires_at(last_write_ + delay);
+      coalesce_timer_->async_wait([self = self()](error_code ec) {
+        self->coalescing_ = false;
+        if (!ec) self->kick();
+      });
+      return;
+    }
+    last_write_ = now;
     bool finished = false;
     if (!stream_impl_->take(inflight_, finished)) {
       if (finished) {
@@ -706,6 +722,9 @@ class Session final : public SessionBase {
   bool http10_ = false;
   bool closed_ = false;
   bool writing_ = false;
+  bool coalescing_ = false;  // a kick waits for coalesce_timer_
+  std::chrono::steady_clock::time_point last_write_{};
+  std::optional<asio::steady_timer> coalesce_timer_;  // made on first use, on the strand
   std::string out_;       // the header of the response being written
   std::string inflight_;  // the stream bytes being written
   std::shared_ptr<StreamImpl> stream_impl_;

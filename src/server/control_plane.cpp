@@ -63,6 +63,8 @@ class ControlPlaneImpl final : public ControlPlane {
     options.key_file = dir_.server_key();
     options.io_threads = config_.io_threads;
     options.worker_threads = config_.worker_threads;
+    // Watches of busy collections get a write every few milliseconds rather than one per change.
+    options.stream_coalesce = std::chrono::milliseconds(4);
     // Uploads (workspaces, artifacts) must reach their handlers; every other route is held to
     // max_body_bytes before its body is read.
     options.max_body_bytes = std::max(config_.max_body_bytes, config_.max_upload_bytes);

@@ -607,6 +607,42 @@ TEST(Stream, DeliversChunksInOrderAsTheyArePushedUntilFinish) {
   EXPECT_TRUE(wait_until([&] { return probe.closed.load() == 1; }));
 }
 
+TEST(Stream, WithCoalescingABurstOfPushesArrivesWholeInOrderAndAQuietStreamIsNotHeldBack) {
+  Pki pki;
+  StreamProbe probe;
+  ServerOptions options;
+  options.stream_coalesce = std::chrono::milliseconds(20);
+  auto server = start_tls(pki, [&](const Request& request) { return probe.handle(request); }, options);
+  ASSERT_TRUE(server);
+  auto client = connect(*server, &pki);
+  ASSERT_TRUE(client);
+  Received received;
+  Result<int> status = Error::internal("not run");
+  std::thread reader([&] {
+    status = client->stream("GET", "/watch", [&](std::string_view chunk) {
+      received.add(chunk);
+      return true;
+    });
+  });
+  auto stream = probe.stream(0);
+  ASSERT_TRUE(stream);
+  // The first push after a quiet spell is written at once, then a burst inside the window.
+  ASSERT_TRUE(stream->push("first\n"));
+  ASSERT_TRUE(wait_until([&] { return received.get() == "first\n"; }));
+  std::string expected = "first\n";
+  for (int i = 0; i < 200; ++i) {
+    std::string line = "{\"event\":" + std::to_string(i) + "}\n";
+    ASSERT_TRUE(stream->push(line));
+    expected += line;
+  }
+  ASSERT_TRUE(wait_until([&] { return received.get() == expected; })) << received.get().size();
+  stream->finish();
+  reader.join();
+  ASSERT_TRUE(status) << status.error().to_string();
+  EXPECT_EQ(*status, 200);
+  EXPECT_EQ(received.get(), expected);
+}
+
 TEST(Stream, ClientThatDisconnectsMidStreamTriggersOnCloseOnce) {
   Pki pki;
   StreamProbe probe;
