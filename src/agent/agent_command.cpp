@@ -10,6 +10,7 @@
 #include <cstdlib>
 
 #include "agent/agent.h"
+#include "common/stop_signals.h"
 #include "common/time.h"
 
 namespace cnlab::agent {
@@ -66,20 +67,13 @@ int run_agent(AgentFlags& flags) {
   config.shim_command = {self_executable(), "agent-shim"};
 
   spdlog::set_default_logger(spdlog::stderr_color_mt("cnlab-agent"));
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  ::signal(SIGPIPE, SIG_IGN);
+  StopSignals signals;  // before any thread starts
   auto agent = Agent::start(config);
   if (!agent) return fail(agent.error());
   std::printf("agent %s running%s%s\n", (*agent)->node_name().c_str(),
               (*agent)->metrics_url().empty() ? "" : "; metrics on ", (*agent)->metrics_url().c_str());
   std::fflush(stdout);
-  int received = 0;
-  sigwait(&signals, &received);
-  spdlog::info("stopping signal={}", received);
+  spdlog::info("stopping signal={}", signals.wait());
   (*agent)->stop(flags.stop_jobs);
   return 0;
 }

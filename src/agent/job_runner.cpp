@@ -265,7 +265,7 @@ bool JobRunner::prepare_and_start() {
     auto fetch = [&](const std::string& temp) -> Status {
       auto response = api_.raw("GET", "/v1/workspaces/" + digest);
       if (!response) return response.error();
-      if (response->status != 200) return error_from_response(response->status, response->body, "GET workspace");
+      if (response->status != 200) return net::error_from_response(response->status, response->body, "GET workspace");
       std::ofstream out(temp, std::ios::binary | std::ios::trunc);
       out.write(response->body.data(), static_cast<std::streamsize>(response->body.size()));
       if (!out) return Error::internal("cannot write " + temp);

@@ -3,36 +3,6 @@
 #include <utility>
 
 namespace cnlab::agent {
-namespace {
-
-ErrorCode code_for(int status) {
-  switch (status) {
-    case 400: return ErrorCode::kInvalidArgument;
-    case 401: return ErrorCode::kUnauthenticated;
-    case 403: return ErrorCode::kPermissionDenied;
-    case 404: return ErrorCode::kNotFound;
-    case 409: return ErrorCode::kConflict;
-    case 410: return ErrorCode::kGone;
-    case 413: return ErrorCode::kTooLarge;
-    case 422: return ErrorCode::kFailedPrecondition;
-    case 429: return ErrorCode::kResourceExhausted;
-    case 503: return ErrorCode::kUnavailable;
-    default: return status >= 500 ? ErrorCode::kUnavailable : ErrorCode::kInternal;
-  }
-}
-
-}  // namespace
-
-Error error_from_response(int status, const std::string& body, const std::string& what) {
-  Json parsed = Json::parse(body, nullptr, false);
-  if (parsed.is_object() && parsed.contains("error") && parsed["error"].is_object()) {
-    const Json& e = parsed["error"];
-    return Error::of(code_for(status), e.value("field", ""), e.value("value", ""),
-                     what + ": " + e.value("message", "HTTP " + std::to_string(status)));
-  }
-  return Error::of(code_for(status), "", "", what + ": HTTP " + std::to_string(status));
-}
-
 ServerApi::ServerApi(ServerAddress address, std::string token, std::chrono::milliseconds timeout)
     : address_(std::move(address)), token_(std::move(token)), timeout_(timeout) {}
 
@@ -71,7 +41,7 @@ Result<Json> ServerApi::call(const std::string& method, const std::string& targe
   auto response = raw(method, target, body, headers);
   if (!response) return response.error();
   if (response->status < 200 || response->status > 299) {
-    return error_from_response(response->status, response->body, method + " " + target);
+    return net::error_from_response(response->status, response->body, method + " " + target);
   }
   if (response->body.empty()) return Json();
   Json parsed = Json::parse(response->body, nullptr, false);

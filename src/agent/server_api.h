@@ -45,7 +45,4 @@ class ServerApi {
   bool interrupted_ = false;
 };
 
-// The Error an HTTP answer stands for: the server's {"error": {...}} when present.
-Error error_from_response(int status, const std::string& body, const std::string& what);
-
 }  // namespace cnlab::agent

@@ -25,22 +25,6 @@ std::string trim(std::string text) {
   return text;
 }
 
-ErrorCode code_for_status(int status) {
-  switch (status) {
-    case 400: return ErrorCode::kInvalidArgument;
-    case 401: return ErrorCode::kUnauthenticated;
-    case 403: return ErrorCode::kPermissionDenied;
-    case 404: return ErrorCode::kNotFound;
-    case 409: return ErrorCode::kConflict;
-    case 410: return ErrorCode::kGone;
-    case 413: return ErrorCode::kTooLarge;
-    case 422: return ErrorCode::kFailedPrecondition;
-    case 429: return ErrorCode::kResourceExhausted;
-    case 503: return ErrorCode::kUnavailable;
-    default: return ErrorCode::kInternal;
-  }
-}
-
 }  // namespace
 
 Result<net::ClientOptions> resolve_client(const ClientFlags& flags) {
@@ -90,9 +74,7 @@ Result<Json> call_json(const ClientFlags& flags, const std::string& method, cons
     if (json.is_discarded()) return Error::internal("the server answered with something that is not JSON");
     return json;
   }
-  std::string message = json.is_object() && json.contains("error") ? json["error"].value("message", response->body)
-                                                                    : response->body;
-  return Error::of(code_for_status(response->status), "", "", message);
+  return net::error_from_response(response->status, response->body, "");
 }
 
 int report(const Error& error) {

@@ -113,6 +113,13 @@ struct ClientOptions {
   std::chrono::milliseconds timeout{30000};
 };
 
+// The ErrorCode an HTTP status stands for (the inverse of the server's mapping; 5xx: unavailable).
+ErrorCode error_code_for_status(int status);
+// The Error a non-2xx answer from a CNLab server stands for: the status's code, and the field,
+// value and message of its {"error": {...}} body when it has one. `what` ("GET /v1/jobs") prefixes
+// the message when not empty.
+Error error_from_response(int status, const std::string& body, const std::string& what);
+
 struct ClientResponse {
   int status = 0;
   std::map<std::string, std::string> headers;  // names lower-cased

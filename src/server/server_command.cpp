@@ -4,6 +4,8 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "common/stop_signals.h"
+
 #include <cstdio>
 
 #include "server/server.h"
@@ -23,20 +25,12 @@ int fail(const Error& error) {
 int serve(ServerConfig config) {
   // Logs go to stderr: stdout carries only the "listening on URL" line scripts read.
   spdlog::set_default_logger(spdlog::stderr_color_mt("cnlab"));
-  // Block the stop signals before any thread starts, so only sigwait below receives them.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  ::signal(SIGPIPE, SIG_IGN);
+  StopSignals signals;  // before any thread starts
   auto plane = ControlPlane::start(config);
   if (!plane) return fail(plane.error());
   std::printf("listening on %s\n", (*plane)->url().c_str());
   std::fflush(stdout);
-  int received = 0;
-  sigwait(&signals, &received);
-  spdlog::info("stopping signal={}", received);
+  spdlog::info("stopping signal={}", signals.wait());
   (*plane)->stop();
   return kOk;
 }

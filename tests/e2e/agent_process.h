@@ -33,37 +33,18 @@ class AgentProcess {
   ~AgentProcess() { stop(SIGTERM); }
 
   void start() {
-    int out[2];
-    if (::pipe(out) != 0) std::abort();
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::dup2(out[1], 1);
-      ::close(out[0]);
-      ::close(out[1]);
-      std::string log = data_dir_ + ".log";
-      FILE* err = std::fopen(log.c_str(), "a");
-      if (err) ::dup2(fileno(err), 2);
-      std::vector<std::string> args = {CNLAB_BINARY,     "agent",          "--server",         server_url_,
-                                       "--ca",           ca_,              "--join-token",     join_token_,
-                                       "--data-dir",     data_dir_,        "--name",           options_.name,
-                                       "--simulate-gpus", options_.gpus,   "--metrics-listen", "127.0.0.1:0",
-                                       "--heartbeat-interval", "1s",       "--stop-grace",     "1s"};
-      if (!options_.run_as.empty()) {
-        args.push_back("--run-as");
-        args.push_back(options_.run_as);
-      }
-      for (const auto& e : options_.extra) args.push_back(e);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
+    std::vector<std::string> args = {CNLAB_BINARY,     "agent",          "--server",         server_url_,
+                                     "--ca",           ca_,              "--join-token",     join_token_,
+                                     "--data-dir",     data_dir_,        "--name",           options_.name,
+                                     "--simulate-gpus", options_.gpus,   "--metrics-listen", "127.0.0.1:0",
+                                     "--heartbeat-interval", "1s",       "--stop-grace",     "1s"};
+    if (!options_.run_as.empty()) {
+      args.push_back("--run-as");
+      args.push_back(options_.run_as);
     }
-    ::close(out[1]);
+    for (const auto& e : options_.extra) args.push_back(e);
     std::string line;
-    char c;
-    while (::read(out[0], &c, 1) == 1 && c != '\n') line += c;
-    ::close(out[0]);
+    std::tie(pid_, line) = spawn_cnlab(args, data_dir_ + ".log");
     if (line.rfind("agent ", 0) != 0) {
       stop(SIGKILL);
       throw std::runtime_error("agent did not start: \"" + line + "\"; log: " + slurp(data_dir_ + ".log"));

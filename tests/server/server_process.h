@@ -14,6 +14,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "common/json_reader.h"
@@ -61,6 +62,32 @@ inline std::pair<int, std::string> run_cnlab(const std::vector<std::string>& arg
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
+// Starts `args` (argv[0] is the binary) with stderr appended to `log`; returns its pid and the
+// first line it prints on stdout (how the server and the agent say they are up).
+inline std::pair<pid_t, std::string> spawn_cnlab(std::vector<std::string> args, const std::string& log) {
+  int out[2];
+  if (::pipe(out) != 0) std::abort();
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    ::close(out[0]);
+    ::close(out[1]);
+    FILE* err = std::fopen(log.c_str(), "a");
+    if (err) ::dup2(fileno(err), 2);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  std::string line;
+  char c;
+  while (::read(out[0], &c, 1) == 1 && c != '\n') line += c;
+  ::close(out[0]);
+  return {pid, line};
+}
+
 class ServerProcess {
  public:
   // Initialises `data_dir` unless it already is, and starts the server with `extra` flags.
@@ -74,29 +101,10 @@ class ServerProcess {
   ~ServerProcess() { stop(SIGTERM); }
 
   void start(std::vector<std::string> extra) {
-    int out[2];
-    if (::pipe(out) != 0) std::abort();
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::dup2(out[1], 1);
-      ::close(out[0]);
-      ::close(out[1]);
-      std::string log = data_dir_ + "/server.log";
-      FILE* err = std::fopen(log.c_str(), "a");
-      if (err) ::dup2(fileno(err), 2);
-      std::vector<std::string> args = {CNLAB_BINARY, "server", "--data-dir", data_dir_, "--listen", listen_};
-      for (auto& e : extra) args.push_back(e);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    ::close(out[1]);
+    std::vector<std::string> args = {CNLAB_BINARY, "server", "--data-dir", data_dir_, "--listen", listen_};
+    for (auto& e : extra) args.push_back(e);
     std::string line;
-    char c;
-    while (::read(out[0], &c, 1) == 1 && c != '\n') line += c;
-    ::close(out[0]);
+    std::tie(pid_, line) = spawn_cnlab(args, data_dir_ + "/server.log");
     const std::string prefix = "listening on ";
     if (line.rfind(prefix, 0) != 0) {
       stop(SIGKILL);
