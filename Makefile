@@ -24,6 +24,7 @@ bench: build
 	@$(BUILD)/bench/sched_bench --benchmark_counters_tabular=true
 	@$(BUILD)/bench/sim_bench --benchmark_counters_tabular=true
 	@$(BUILD)/bench/server_bench --all
+	@$(BUILD)/bench/agent_bench --all
 
 check: deps
 	@cmake -S . -B $(BUILD_ASAN) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Debug -DCNLAB_SANITIZE=ON -DCNLAB_BUILD_BENCH=OFF >/dev/null

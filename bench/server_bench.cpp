@@ -22,6 +22,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "report.h"
 #include "server_cluster.h"
 #include "server_loop_bench.h"
 #include "workload.h"
@@ -35,8 +36,6 @@ int fail(const std::string& mode, const Error& error) {
   std::fprintf(stderr, "server_bench %s: %s\n", mode.c_str(), error.to_string().c_str());
   return 1;
 }
-
-double ms(double seconds) { return seconds * 1e3; }
 
 // Extra flags for every `cnlab server` started (--server-arg, for experiments such as --workers 16).
 std::vector<std::string>& server_args() {
@@ -54,24 +53,6 @@ std::pair<double, double> histogram_delta(const MetricsText& before, const Metri
   double sum = after.value(name + "_sum" + labels) - before.value(name + "_sum" + labels);
   double count = after.value(name + "_count" + labels) - before.value(name + "_count" + labels);
   return {sum, count};
-}
-
-// This virtual machine's speed drifts by tens of percent over minutes: each run starts with the same
-// probe as sched_bench's BM_Cycle/nodes:1000 (45 ms in docs/benchmarks/scheduler.md), so runs can be
-// compared.
-void print_machine_line() {
-  std::printf("machine: %u hardware threads, load average %.2f at start; ", std::thread::hardware_concurrency(),
-              load_average());
-  sched::Snapshot probe = loaded_cluster({1000, 35, 42});
-  std::vector<double> times;
-  for (int i = 0; i < 3; ++i) {
-    auto started = Clock::now();
-    auto result = sched::run_cycle(probe, {});
-    times.push_back(seconds_since(started));
-  }
-  std::sort(times.begin(), times.end());
-  std::printf("speed probe (sched::run_cycle at 1,000 nodes, median of 3): %.1f ms\n", times[1] * 1e3);
-  std::fflush(stdout);
 }
 
 // ---------------------------------------------------------------------------------------------

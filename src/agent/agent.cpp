@@ -159,6 +159,7 @@ class AgentImpl final : public Agent {
   std::unique_ptr<Runtime> runtime_;
   std::unique_ptr<WorkspaceCache> workspaces_;
   RunnerCounters counters_;
+  std::counting_semaphore<> start_slots_{4};
   RunnerContext context_;
   NodeReportInput report_input_;
   std::unique_ptr<net::Server> metrics_;
@@ -296,6 +297,7 @@ Status AgentImpl::open() {
   context_.checkpoints_dir = fs::path(config_.data_dir) / "checkpoints";
   context_.node_address = [this](const std::string& node) { return node_address(node); };
   context_.counters = &counters_;
+  context_.start_slots = &start_slots_;
   context_.apply_layouts = [this] {
     ServerApi api(context_.server, token());
     apply_decided_layouts(api);

@@ -64,7 +64,12 @@ int run_agent(AgentFlags& flags) {
   config.checkpoint_grace = std::chrono::duration_cast<std::chrono::milliseconds>(*checkpoint_grace);
   config.use_cgroups = !flags.no_cgroups;
   config.use_namespaces = !flags.no_namespaces;
-  config.shim_command = {self_executable(), "agent-shim"};
+  // The small cnlab-shim beside this binary when it is there (a job starts ~20 ms sooner), else
+  // this binary's own `agent-shim`.
+  std::string self = self_executable();
+  std::string shim = self.substr(0, self.rfind('/') + 1) + "cnlab-shim";
+  config.shim_command = ::access(shim.c_str(), X_OK) == 0 ? std::vector<std::string>{shim}
+                                                          : std::vector<std::string>{self, "agent-shim"};
 
   spdlog::set_default_logger(spdlog::stderr_color_mt("cnlab-agent"));
   StopSignals signals;  // before any thread starts

@@ -170,6 +170,18 @@ model::NodeBinding JobRunner::binding() const {
   return {};
 }
 
+bool JobRunner::still_here() {
+  auto job = api_.call("GET", "/v1/jobs/" + job_id_);
+  if (!job) return job.error().code == ErrorCode::kUnavailable;  // cannot tell: keep trying
+  auto decoded = model::job_from_json(*job);
+  if (!decoded) return false;
+  bool active = decoded->status.phase == model::JobPhase::kScheduled || decoded->status.phase == model::JobPhase::kRunning;
+  for (const auto& b : decoded->status.placement) {
+    if (active && b.node == context_.node) return true;
+  }
+  return false;
+}
+
 bool JobRunner::leaving() const {
   std::lock_guard lock(mutex_);
   return stop_reason_ == StopReason::kGone;
@@ -209,6 +221,15 @@ void JobRunner::run_steps() {
     return;
   }
   supervise();
+}
+
+void JobRunner::save_cursor() {
+  // At most once a second: after a crash the lines since are sent again, and the server keeps
+  // one copy (it deduplicates by this node's sequence numbers).
+  auto now = std::chrono::steady_clock::now();
+  if (now - cursor_saved_at_ < 1s) return;
+  cursor_saved_at_ = now;
+  (void)save_state();
 }
 
 Status JobRunner::save_state() {
@@ -252,6 +273,13 @@ bool JobRunner::prepare_and_start() {
     report("Failed", std::nullopt, std::nullopt, "cancelled before it started");
     return false;
   }
+  if (context_.start_slots) context_.start_slots->acquire();
+  struct Release {
+    std::counting_semaphore<>* slots;
+    ~Release() {
+      if (slots) slots->release();
+    }
+  } release{context_.start_slots};
   std::error_code ec;
   if (fs::exists(dir_, ec)) (void)safe_remove_tree(dir_.string());  // a start that died half-way
   fs::create_directories(dir_, ec);
@@ -412,7 +440,7 @@ bool JobRunner::ship_logs(OutputReader& reader, bool until_end) {
         // Post what is gathered; the rest of this read is re-read from the cursor next time.
         if (!post_lines(batch, batch.size())) return false;
         acked_ = line.cursor;
-        (void)save_state();
+        save_cursor();
         batch = Json::array();
         bytes = 0;
       }
@@ -420,7 +448,7 @@ bool JobRunner::ship_logs(OutputReader& reader, bool until_end) {
     if (!batch.empty()) {
       if (!post_lines(batch, batch.size())) return false;
       acked_ = lines->back().cursor;
-      (void)save_state();
+      save_cursor();
     }
     if (!until_end && lines->size() < kMaxLinesPerPost) return true;
   }
@@ -504,7 +532,10 @@ bool JobRunner::report(const std::string& phase, std::optional<int> exit_code, s
   while (!detached()) {
     auto answer = api_.call("PUT", "/v1/jobs/" + job_id_ + "/status", body.dump());
     if (answer) return true;
-    if (is_gone(answer.error()) || answer.error().code == ErrorCode::kInvalidArgument) {
+    // 409 is also a server that lost its compare-and-swaps to a busy node ("retry"): only a job
+    // that is no longer active here is gone.
+    bool gone = is_gone(answer.error()) && !(answer.error().code == ErrorCode::kConflict && still_here());
+    if (gone || answer.error().code == ErrorCode::kInvalidArgument) {
       spdlog::info("job status not taken job=\"{}\" phase={} error=\"{}\"", job_id_, phase, answer.error().to_string());
       return false;
     }

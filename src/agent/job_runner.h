@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <functional>
 #include <optional>
+#include <semaphore>
 #include <filesystem>
 #include <memory>
 #include <mutex>
@@ -57,6 +58,9 @@ struct RunnerContext {
   // Resolves a node name to the host its agent reported (a gang's MASTER_ADDR).
   std::function<std::string(const std::string& node)> node_address;
   RunnerCounters* counters = nullptr;
+  // Bounds the jobs being prepared and started at once: a hundred bound together would otherwise
+  // start a hundred shims together and time some of them out on a small machine.
+  std::counting_semaphore<>* start_slots = nullptr;
   std::function<void()> on_finished;  // called once a runner is done (the agent reaps it)
   // Applies the MIG layouts the scheduler decided now (a job bound into an instance that is not
   // there yet starts after it).
@@ -113,6 +117,8 @@ class JobRunner {
   void note(const std::string& text);  // a line in the job's log from the agent itself
   void upload_artifacts();
   Status save_state();
+  void save_cursor();  // save_state, at most once a second
+  bool still_here();   // asks the server whether the job is still active on this node
   // Sleeps up to `duration` or until detached; false when detached.
   bool pause(std::chrono::milliseconds duration);
   bool detached() const { return detached_.load(); }
@@ -133,6 +139,7 @@ class JobRunner {
   uint64_t next_note_seq_ = 0;    // agent notes continue after the output's records
   uint64_t seq_base_ = 0;         // added to every shipped line's seq (see the constructor)
   bool reported_running_ = false;
+  std::chrono::steady_clock::time_point cursor_saved_at_{};
   std::string last_stderr_;       // for the message of a failed job
   std::thread stopper_;
   std::atomic<bool> stop_sent_{false};
