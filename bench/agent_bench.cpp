@@ -90,27 +90,9 @@ class AgentProcess {
                                      "--stop-grace", "1s", "--stop-jobs-on-exit"};
     // clang-format on
     args.insert(args.end(), agent_args().begin(), agent_args().end());
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
     std::string log = agent->log_path();
-    int out[2];
-    if (::pipe(out) != 0) return Error::internal("pipe() failed");
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      ::dup2(out[1], 1);
-      ::close(out[0]);
-      ::close(out[1]);
-      if (FILE* err = std::fopen(log.c_str(), "a")) ::dup2(fileno(err), 2);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
+    auto [pid, line] = spawn_first_line(args, log);
     agent->pid_ = pid;
-    ::close(out[1]);
-    std::string line;
-    char c;
-    while (::read(out[0], &c, 1) == 1 && c != '\n') line += c;
-    ::close(out[0]);
     if (line.rfind("agent ", 0) != 0) {
       agent->stop();
       return Error::internal("cnlab agent did not start: \"" + line + "\"; its log: " + read_whole(log));

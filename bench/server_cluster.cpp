@@ -61,6 +61,29 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ec);
 }
 
+std::pair<pid_t, std::string> spawn_first_line(std::vector<std::string> args, const std::string& log) {
+  int out[2];
+  if (::pipe(out) != 0) return {-1, "pipe() failed"};
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    ::close(out[0]);
+    ::close(out[1]);
+    if (FILE* err = std::fopen(log.c_str(), "a")) ::dup2(fileno(err), 2);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  std::string line;
+  char c;
+  while (::read(out[0], &c, 1) == 1 && c != '\n') line += c;
+  ::close(out[0]);
+  return {pid, line};
+}
+
 Result<std::unique_ptr<ServerProcess>> ServerProcess::start(const std::string& data_dir,
                                                             const std::vector<std::string>& extra) {
   std::unique_ptr<ServerProcess> server(new ServerProcess());
@@ -70,29 +93,10 @@ Result<std::unique_ptr<ServerProcess>> ServerProcess::start(const std::string& d
     return Error::internal("cnlab server init --data-dir " + data_dir + " failed: " + slurp(init_log));
   }
   std::filesystem::remove(init_log);
-  int out[2];
-  if (::pipe(out) != 0) return Error::internal("pipe() failed");
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(out[1], 1);
-    ::close(out[0]);
-    ::close(out[1]);
-    std::string log = data_dir + "/server.log";
-    if (FILE* err = std::fopen(log.c_str(), "a")) ::dup2(fileno(err), 2);
-    std::vector<std::string> args = {CNLAB_BINARY, "server", "--data-dir", data_dir, "--listen", "127.0.0.1:0"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
+  std::vector<std::string> args = {CNLAB_BINARY, "server", "--data-dir", data_dir, "--listen", "127.0.0.1:0"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  auto [pid, line] = spawn_first_line(args, data_dir + "/server.log");
   server->pid_ = pid;
-  ::close(out[1]);
-  std::string line;
-  char c;
-  while (::read(out[0], &c, 1) == 1 && c != '\n') line += c;
-  ::close(out[0]);
   const std::string prefix = "listening on ";
   if (line.rfind(prefix, 0) != 0) {
     server->stop(std::chrono::seconds(1));

@@ -33,6 +33,10 @@ inline int64_t now_ns() {
 
 // A fresh directory under $TMPDIR (a disk, not tmpfs, on the build machine: fsync is real), removed
 // with everything in it.
+// Starts `args` (argv[0] the binary) with stderr appended to `log`; returns its pid and the first
+// line it prints on stdout (how the server and the agent say they are up).
+std::pair<pid_t, std::string> spawn_first_line(std::vector<std::string> args, const std::string& log);
+
 class TempDir {
  public:
   explicit TempDir(const std::string& prefix);
