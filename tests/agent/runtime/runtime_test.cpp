@@ -26,7 +26,8 @@ class RuntimeTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (::geteuid() != 0) {
-      GTEST_SKIP() << "the privileged path needs root";
+      GTEST_SKIP() << "the privileged path (cgroups, namespaces, run-as) needs root; CI runs as root. "
+                      "Without root, FallbackTest covers the unprivileged path";
     }
     auto runtime = Runtime::create(test_options());
     ASSERT_TRUE(runtime) << runtime.error().to_string();
@@ -40,7 +41,8 @@ class RuntimeTest : public ::testing::Test {
   }
   void need_cgroups() {
     if (runtime_->capabilities().cgroups == CgroupVersion::kNone) {
-      GTEST_SKIP() << "no cgroups here: " << runtime_->capabilities().cgroups_reason;
+      GTEST_SKIP() << "this machine gives no cgroups (" << runtime_->capabilities().cgroups_reason
+                   << "); FallbackTest covers running and stopping without them";
     }
   }
   void need_namespaces() {
