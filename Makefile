@@ -4,7 +4,7 @@ BUILD_ASAN ?= build-asan
 JOBS       ?= $(shell nproc)
 CMAKE_GEN  := -G Ninja
 
-.PHONY: all deps configure build test bench check demo format clean
+.PHONY: all deps configure build test bench check demo demo-sim format clean
 
 all: build
 
@@ -25,6 +25,7 @@ bench: build
 	@$(BUILD)/bench/sim_bench --benchmark_counters_tabular=true
 	@$(BUILD)/bench/server_bench --all
 	@$(BUILD)/bench/agent_bench --all
+	@$(BUILD)/bench/cli_bench --all
 
 check: deps
 	@cmake -S . -B $(BUILD_ASAN) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Debug -DCNLAB_SANITIZE=ON -DCNLAB_BUILD_BENCH=OFF >/dev/null
@@ -33,18 +34,23 @@ check: deps
 
 TRACES ?= ../shared/data/alibaba-openb-2023
 
-# Until the server, agent and CLI exist, the demo is the scheduler against a real cluster trace:
-# CNLab's placement beside BestFit and FGD on the Alibaba openb workload.
+# CNLab end to end on this machine: `cnlab dev` in the background, `cnlab run examples/train.py
+# --gpu h100-25` with its output streamed and its artifacts downloaded, the cluster shown, then
+# stopped. Simulated GPUs where the machine has none (announced as such).
 demo: build
+	@./scripts/demo.sh
+
+# The scheduler against a real cluster trace: CNLab's placement beside BestFit and FGD on the
+# Alibaba openb workload.
+demo-sim: build
 	@if [ -f $(TRACES)/openb_pod_list_default.csv ]; then \
 	  $(BUILD)/cnlab sim alloc --nodes $(TRACES)/openb_node_list_gpu_node.csv \
-	    --pods $(TRACES)/openb_pod_list_default.csv --policies bestfit,fgd,cnlab --seeds 42-45 --out out/demo; \
-	  echo "Chart: out/demo/allocation.svg"; \
+	    --pods $(TRACES)/openb_pod_list_default.csv --policies bestfit,fgd,cnlab --seeds 42-45 --out out/demo-sim; \
+	  echo "Chart: out/demo-sim/allocation.svg"; \
 	else \
-	  echo "make demo: the trace $(TRACES)/openb_pod_list_default.csv is not here; set TRACES=<dir>."; \
-	  $(BUILD)/cnlab help; \
+	  echo "make demo-sim: the trace $(TRACES)/openb_pod_list_default.csv is not here; set TRACES=<dir>."; \
+	  exit 1; \
 	fi
-	@echo "(The end-to-end demo, cnlab dev + cnlab run, arrives with the server, agent and CLI.)"
 
 format:
 	@find src tests bench -name '*.h' -o -name '*.cpp' | xargs clang-format -i

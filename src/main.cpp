@@ -7,6 +7,7 @@
 #include "agent/agent.h"
 #include "agent/runtime/runtime.h"
 #include "cli/cli.h"
+#include "dev/dev.h"
 #include "server/server.h"
 #include "sim/sim.h"
 
@@ -23,6 +24,7 @@ int main(int argc, char** argv) {
   cnlab::server::add_server_commands(app);
   cnlab::cli::add_client_commands(app);
   cnlab::agent::add_agent_commands(app);
+  cnlab::dev::add_dev_commands(app);
 
   try {
     app.parse(argc, argv);

@@ -55,6 +55,14 @@ class Agent {
   virtual void stop(bool stop_jobs) = 0;
 };
 
+// How the runtime starts a job's shim: the small cnlab-shim beside this binary when it is there (a
+// job starts ~20 ms sooner), else this binary's own `agent-shim`.
+std::vector<std::string> default_shim_command();
+
+// How many NVIDIA GPUs NVML reports on this machine: 0 without a driver or a usable library (one
+// log line says why). `cnlab dev` simulates GPUs where this is 0.
+int count_nvidia_gpus(const std::string& nvml_library = "libnvidia-ml.so.1");
+
 // `cnlab agent ...` and the hidden `cnlab agent-shim ...` the runtime starts jobs through.
 void add_agent_commands(CLI::App& app);
 

@@ -10,6 +10,7 @@
 #include <cstdlib>
 
 #include "agent/agent.h"
+#include "agent/gpu/gpu.h"
 #include "common/stop_signals.h"
 #include "common/time.h"
 
@@ -64,12 +65,7 @@ int run_agent(AgentFlags& flags) {
   config.checkpoint_grace = std::chrono::duration_cast<std::chrono::milliseconds>(*checkpoint_grace);
   config.use_cgroups = !flags.no_cgroups;
   config.use_namespaces = !flags.no_namespaces;
-  // The small cnlab-shim beside this binary when it is there (a job starts ~20 ms sooner), else
-  // this binary's own `agent-shim`.
-  std::string self = self_executable();
-  std::string shim = self.substr(0, self.rfind('/') + 1) + "cnlab-shim";
-  config.shim_command = ::access(shim.c_str(), X_OK) == 0 ? std::vector<std::string>{shim}
-                                                          : std::vector<std::string>{self, "agent-shim"};
+  config.shim_command = default_shim_command();
 
   spdlog::set_default_logger(spdlog::stderr_color_mt("cnlab-agent"));
   StopSignals signals;  // before any thread starts
@@ -84,6 +80,17 @@ int run_agent(AgentFlags& flags) {
 }
 
 }  // namespace
+
+std::vector<std::string> default_shim_command() {
+  std::string self = self_executable();
+  std::string shim = self.substr(0, self.rfind('/') + 1) + "cnlab-shim";
+  return ::access(shim.c_str(), X_OK) == 0 ? std::vector<std::string>{shim} : std::vector<std::string>{self, "agent-shim"};
+}
+
+int count_nvidia_gpus(const std::string& nvml_library) {
+  auto nvml = NvmlBackend::open({nvml_library});
+  return static_cast<int>(nvml->gpus().size());
+}
 
 void add_agent_commands(CLI::App& app) {
   auto flags = std::make_shared<AgentFlags>();

@@ -5,6 +5,7 @@
 
 #include "cli/cli.h"
 #include "cli/client_config.h"
+#include "cli/commands.h"
 
 namespace cnlab::cli {
 namespace {

@@ -7,11 +7,11 @@
 #include "auth/auth.h"
 #include "cli/cli.h"
 #include "cli/client_config.h"
+#include "cli/commands.h"
 #include "store/store.h"
 
 namespace cnlab::cli {
 
-void add_admin_commands(CLI::App& app, std::shared_ptr<ClientFlags> flags);
 
 namespace {
 
@@ -74,24 +74,6 @@ void add_audit_commands(CLI::App& app, std::shared_ptr<ClientFlags> flags) {
     }
     std::exit(0);
   });
-}
-
-void add_client_commands(CLI::App& app) {
-  auto flags = std::make_shared<ClientFlags>();
-  add_admin_commands(app, flags);
-  add_audit_commands(app, flags);
-  for (const char* name : {"admin", "audit"}) {
-    CLI::App* command = app.get_subcommand(name);
-    command->add_option("--server", flags->server, "Server URL (else CNLAB_SERVER, else the config file)");
-    command->add_option("--token", flags->token, "Bearer token or a file holding it (else CNLAB_TOKEN)");
-    command->add_option("--ca", flags->ca, "CA certificate the server's certificate chains to (else CNLAB_CA)");
-    // The flags may follow a nested command: `cnlab admin project create vision --server URL`.
-    command->fallthrough();
-    for (CLI::App* sub : command->get_subcommands({})) {
-      sub->fallthrough();
-      for (CLI::App* leaf : sub->get_subcommands({})) leaf->fallthrough();
-    }
-  }
 }
 
 }  // namespace cnlab::cli

@@ -19,20 +19,6 @@ using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-// Whether any process on the machine has `marker` in its command line.
-bool process_with(const std::string& marker) {
-  DIR* proc = ::opendir("/proc");
-  bool found = false;
-  while (dirent* e = ::readdir(proc)) {
-    if (!std::isdigit(static_cast<unsigned char>(e->d_name[0]))) continue;
-    std::ifstream in(std::string("/proc/") + e->d_name + "/cmdline");
-    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (cmdline.find(marker) != std::string::npos && cmdline.find("e2e_agent_tests") == std::string::npos) found = true;
-  }
-  ::closedir(proc);
-  return found;
-}
-
 class AgentTest : public ClusterTest {
  protected:
   void SetUp() override {

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -60,6 +61,20 @@ inline std::pair<int, std::string> run_cnlab(const std::vector<std::string>& arg
   while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, n);
   int status = ::pclose(pipe);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+// Whether a process other than this test has `marker` in its command line.
+inline bool process_with(const std::string& marker) {
+  const std::string self = std::to_string(::getpid());
+  bool found = false;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string pid = entry.path().filename();
+    if (pid.empty() || !std::isdigit(static_cast<unsigned char>(pid[0])) || pid == self) continue;
+    std::ifstream in(entry.path() / "cmdline");
+    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (cmdline.find(marker) != std::string::npos) found = true;
+  }
+  return found;
 }
 
 // Starts `args` (argv[0] is the binary) with stderr appended to `log`; returns its pid and the

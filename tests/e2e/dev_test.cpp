@@ -1,0 +1,169 @@
+// `cnlab dev` end to end: one process that is a whole cluster, a CLI configured at once, state kept
+// across a restart, running jobs stopped on Ctrl-C.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "dev_process.h"
+#include "fixtures.h"
+
+namespace cnlab::server::test_support {
+namespace {
+
+using namespace std::chrono_literals;
+
+class DevTest : public ::testing::Test {
+ protected:
+  std::string home() const { return dir_.path() + "/home"; }
+  std::string data() const { return dir_.path() + "/data"; }
+
+  void SetUp() override {
+    std::filesystem::create_directories(home());
+    // Jobs run as the user who started `cnlab dev`; the agent's directories sit below data().
+    ::chmod(dir_.path().c_str(), 0711);
+  }
+
+  // A client with the credential `cnlab dev` wrote for the CLI.
+  std::unique_ptr<net::Client> cli_client(const DevProcess& dev) {
+    Json config = Json::parse(slurp(dev.config_file()));
+    auto client = net::Client::connect({config["server"], config["ca"], config["token"]});
+    if (!client) throw std::runtime_error(client.error().to_string());
+    return std::move(*client);
+  }
+
+  std::string submit(net::Client& client, const std::vector<std::string>& command) {
+    Json body = job_body("default", "h100-25", command);
+    body["spec"]["memory_mib"] = 256;
+    return call(client, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
+  }
+
+  std::string phase(net::Client& client, const std::string& id) {
+    return call(client, "GET", "/v1/jobs/" + id, 200)["status"]["phase"];
+  }
+
+  std::vector<std::string> log_texts(net::Client& client, const std::string& id) {
+    auto r = client.request("GET", "/v1/jobs/" + id + "/logs");
+    std::vector<std::string> texts;
+    if (!r || r->status != 200) return texts;
+    std::stringstream in(r->body);
+    for (std::string line; std::getline(in, line);) {
+      if (!line.empty()) texts.push_back(Json::parse(line)["text"]);
+    }
+    return texts;
+  }
+
+  TempDir dir_;
+};
+
+TEST_F(DevTest, StartsAWholeClusterAndConfiguresTheCliOfTheSameHome) {
+  DevProcess dev(home(), data(), {"--simulate-gpus", "h100x1,l4x2", "--name", "laptop"});
+  EXPECT_EQ(dev.url().rfind("https://127.0.0.1:", 0), 0u) << dev.url();
+
+  struct stat st{};
+  ASSERT_EQ(::stat(dev.config_file().c_str(), &st), 0) << "no CLI config written";
+  EXPECT_EQ(st.st_mode & 0777, 0600u) << "the config holds the admin credential";
+  Json config = Json::parse(slurp(dev.config_file()));
+  EXPECT_EQ(config["server"], dev.url());
+
+  // The node is Ready with its simulated GPUs by the time the URL is printed.
+  auto client = cli_client(dev);
+  Json node = call(*client, "GET", "/v1/nodes/laptop", 200);
+  EXPECT_EQ(node["status"]["phase"], "Ready");
+  ASSERT_EQ(node["status"]["gpus"].size(), 3u);
+  EXPECT_EQ(node["status"]["gpus"][0]["model"], "h100");
+  EXPECT_EQ(node["status"]["gpus"][2]["model"], "l4");
+  EXPECT_TRUE(node["status"]["simulated"].get<bool>());
+
+  // A job submitted at once runs as the user who started `cnlab dev`.
+  std::string id = submit(*client, {"sh", "-c", "id -u"});
+  ASSERT_TRUE(eventually([&] { return phase(*client, id) == "Succeeded"; }, 30s)) << phase(*client, id);
+  EXPECT_EQ(log_texts(*client, id), std::vector<std::string>{std::to_string(::geteuid())});
+  EXPECT_EQ(dev.stop(SIGINT), 0);
+}
+
+TEST_F(DevTest, WithoutAGpuItSimulatesTwoH100sAndSaysSo) {
+  // The build machine has no NVIDIA driver: the default is announced as simulated.
+  if (std::filesystem::exists("/dev/nvidiactl")) GTEST_SKIP() << "this machine has an NVIDIA GPU: the default is real GPUs";
+  std::vector<std::string> args = {"/usr/bin/env", "HOME=" + home(), CNLAB_BINARY, "dev", "--data-dir", data(),
+                                   "--listen", "127.0.0.1:0", "--metrics-listen", ""};
+  int out[2];
+  ASSERT_EQ(::pipe(out), 0);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    ::close(out[0]);
+    ::close(out[1]);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  std::string printed;
+  char c;
+  // Up to the line that tells the user what to try, the last of the start-up lines.
+  while (::read(out[0], &c, 1) == 1) {
+    printed += c;
+    if (printed.find("try: ") != std::string::npos && c == '\n') break;
+  }
+  ::kill(pid, SIGINT);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ::close(out[0]);
+  EXPECT_NE(printed.find("simulated GPUs h100x2"), std::string::npos) << printed;
+  EXPECT_NE(printed.find("no NVIDIA GPU found"), std::string::npos) << printed;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+TEST_F(DevTest, ARestartKeepsFinishedJobsAndTheirLogs) {
+  std::string id;
+  {
+    DevProcess dev(home(), data());
+    auto client = cli_client(dev);
+    id = submit(*client, {"sh", "-c", "echo first; echo second; echo third"});
+    ASSERT_TRUE(eventually([&] { return phase(*client, id) == "Succeeded"; }, 30s));
+    ASSERT_EQ(log_texts(*client, id), (std::vector<std::string>{"first", "second", "third"}));
+    EXPECT_EQ(dev.stop(SIGINT), 0);
+  }
+  DevProcess again(home(), data());
+  auto client = cli_client(again);
+  EXPECT_EQ(phase(*client, id), "Succeeded");
+  EXPECT_EQ(log_texts(*client, id), (std::vector<std::string>{"first", "second", "third"}));
+  // The same node came back (its credential was kept), not a second one.
+  Json nodes = call(*client, "GET", "/v1/nodes", 200);
+  EXPECT_EQ(nodes["items"].size(), 1u);
+}
+
+TEST_F(DevTest, CtrlCStopsTheRunningJobsAndTheirStopIsRecorded) {
+  std::string id;
+  const std::string marker = "cnlab-dev-test-" + std::to_string(::getpid());
+  {
+    DevProcess dev(home(), data());
+    auto client = cli_client(dev);
+    id = submit(*client, {"sh", "-c", "echo started; exec sleep 300 # " + marker});
+    ASSERT_TRUE(eventually([&] { return phase(*client, id) == "Running"; }, 30s));
+    EXPECT_EQ(dev.stop(SIGINT), 0);
+  }
+  // No process of the job outlives the cluster.
+  EXPECT_TRUE(eventually([&] { return !process_with(marker); }, 5s));
+  DevProcess again(home(), data());
+  auto client = cli_client(again);
+  std::string after = phase(*client, id);
+  EXPECT_TRUE(after == "Cancelled" || after == "Failed") << after;
+  EXPECT_EQ(log_texts(*client, id), std::vector<std::string>{"started"});
+}
+
+TEST_F(DevTest, AnUnusableDataDirectoryIsAClearErrorNotACrash) {
+  std::string file = dir_.path() + "/not-a-dir";
+  { std::ofstream(file) << "x"; }
+  auto [status, out] = run_cnlab({"dev", "--data-dir", file + "/sub", "--listen", "127.0.0.1:0"});
+  EXPECT_EQ(status, 2) << out;
+  EXPECT_NE(out.find("--data-dir"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace cnlab::server::test_support
