@@ -29,7 +29,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help is a "parse error" that exits 0; every real one is bad input: exit 2 (docs/cli.md §5).
+    return app.exit(e) == 0 ? 0 : 2;
   }
 
   if (version->parsed()) {

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <sstream>
 
@@ -305,13 +306,7 @@ bool JobRunner::prepare_and_start() {
     fs::create_directories(work, ec);
   }
   fs::create_directories(artifacts, ec);
-  bool resumed = false;
-  fs::path kept = context_.checkpoints_dir / dir_.filename();
-  if (!context_.checkpoints_dir.empty() && fs::is_directory(kept, ec)) {
-    fs::rename(kept, checkpoint, ec);  // the checkpoint it saved when it was last taken off this node
-    resumed = !ec;
-    ec.clear();
-  }
+  bool resumed = restore_checkpoint(job, checkpoint);
   fs::create_directories(checkpoint, ec);
   if (ec) return fail("cannot create the job's directories under " + dir_.string() + ": " + ec.message());
   for (const auto& d : {work, artifacts, checkpoint}) ::chmod(d.c_str(), 0700);
@@ -381,7 +376,7 @@ void JobRunner::supervise() {
     pause(100ms);
   }
   if (!reported_running_ && !detached()) {
-    if (report("Running", std::nullopt, std::nullopt, "")) {
+    if (report("Running", std::nullopt, std::nullopt, truncate(start_note_))) {
       reported_running_ = true;
       (void)save_state();
     } else if (!detached()) {
@@ -521,6 +516,126 @@ void JobRunner::upload_artifacts() {
   }
 }
 
+std::string JobRunner::upload_checkpoint(const std::string& taken_at) {
+  fs::path archive = dir_ / "checkpoint.tar.gz";
+  PackOptions options;
+  options.output_path = archive.string();
+  options.workspace_rules = false;  // a checkpoint is every file the job saved
+  auto packed = pack_workspace((dir_ / "checkpoint").string(), options);
+  if (!packed) {
+    spdlog::warn("job checkpoint not uploaded job=\"{}\" error=\"{}\"", job_id_, packed.error().to_string());
+    return "";
+  }
+  for (const auto& skipped : packed->skipped) {
+    spdlog::warn("job checkpoint path left out job=\"{}\" path=\"{}\" reason=\"{}\"", job_id_, skipped.path,
+                 skipped.reason);
+  }
+  std::string content;
+  {
+    std::ifstream in(archive, std::ios::binary);
+    content.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  std::error_code ec;
+  fs::remove(archive, ec);
+  const std::map<std::string, std::string> headers = {{"Content-Type", "application/octet-stream"},
+                                                      {"Checkpoint-Digest", packed->digest},
+                                                      {"Checkpoint-Taken-At", taken_at}};
+  for (int attempt = 0; attempt < 5 && !detached(); ++attempt) {
+    auto put = api_.call("PUT", "/v1/jobs/" + job_id_ + "/checkpoint", content, headers);
+    if (put) {
+      spdlog::info("job checkpoint uploaded job=\"{}\" digest=\"{}\" bytes={} files={}", job_id_, packed->digest,
+                   content.size(), packed->file_count);
+      return packed->digest;
+    }
+    if (put.error().code != ErrorCode::kUnavailable) {
+      spdlog::warn("job checkpoint not uploaded job=\"{}\" digest=\"{}\" error=\"{}\"", job_id_, packed->digest,
+                   put.error().to_string());
+      return "";
+    }
+    pause(std::chrono::milliseconds(200 << attempt));
+  }
+  spdlog::warn("job checkpoint not uploaded job=\"{}\" digest=\"{}\" error=\"server unavailable\"", job_id_,
+               packed->digest);
+  return "";
+}
+
+Status JobRunner::download_checkpoint(const model::CheckpointRef& ref, const fs::path& checkpoint) {
+  std::string target = "/v1/jobs/" + job_id_ + "/checkpoint?digest=" + ref.digest.substr(model::kDigestPrefix.size());
+  Result<net::ClientResponse> response = Error::of(ErrorCode::kUnavailable, "", "", "not asked");
+  for (int attempt = 0; attempt < 3 && !detached(); ++attempt) {
+    response = api_.raw("GET", target);
+    if (response || response.error().code != ErrorCode::kUnavailable) break;
+    pause(std::chrono::milliseconds(200 << attempt));
+  }
+  if (!response) return response.error();
+  if (response->status != 200) return net::error_from_response(response->status, response->body, "GET checkpoint");
+  fs::path archive = dir_ / "checkpoint.download";
+  {
+    std::ofstream out(archive, std::ios::binary | std::ios::trunc);
+    out.write(response->body.data(), static_cast<std::streamsize>(response->body.size()));
+    if (!out) return Error::internal("cannot write " + archive.string());
+  }
+  auto unpacked = unpack_workspace(archive.string(), ref.digest, checkpoint.string());
+  std::error_code ec;
+  fs::remove(archive, ec);
+  if (!unpacked) return unpacked.error();
+  return Status::ok();
+}
+
+bool JobRunner::restore_checkpoint(const model::Job& job, const fs::path& checkpoint) {
+  std::error_code ec;
+  fs::path kept = context_.checkpoints_dir / dir_.filename();
+  fs::path kept_meta = context_.checkpoints_dir / (dir_.filename().string() + ".json");
+  bool have_kept = !context_.checkpoints_dir.empty() && fs::is_directory(kept, ec);
+  std::string kept_digest;
+  std::optional<Time> kept_taken_at;
+  if (have_kept) {
+    std::ifstream in(kept_meta);
+    Json meta = Json::parse(std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()), nullptr,
+                            false);
+    if (meta.is_object()) {
+      kept_digest = meta.value("digest", "");
+      if (auto taken = parse_rfc3339(meta.value("taken_at", ""), "taken_at")) kept_taken_at = *taken;
+    }
+  }
+  // The copy it saved when it was last taken off this node.
+  auto use_kept = [&]() {
+    fs::rename(kept, checkpoint, ec);
+    fs::remove(kept_meta, ec);
+    return fs::is_directory(checkpoint, ec);
+  };
+  const std::optional<model::CheckpointRef>& named = job.status.checkpoint;
+  if (!named) {
+    if (!have_kept) return false;
+    start_note_ = "resumed from the checkpoint kept on " + context_.node;
+    return use_kept();
+  }
+  if (have_kept && (kept_digest == named->digest || (kept_taken_at && *kept_taken_at > named->taken_at))) {
+    start_note_ = kept_digest == named->digest
+                      ? "resumed from checkpoint " + named->digest + " (kept on " + context_.node + ")"
+                      : "resumed from the checkpoint kept on " + context_.node + " (newer than " + named->digest + ")";
+    return use_kept();
+  }
+  if (auto fetched = download_checkpoint(*named, checkpoint); !fetched) {
+    spdlog::warn("job checkpoint not restored job=\"{}\" digest=\"{}\" error=\"{}\"", job_id_, named->digest,
+                 fetched.error().to_string());
+    std::string why = "checkpoint " + named->digest + " not restored: " + fetched.error().message;
+    if (have_kept) {
+      start_note_ = why + "; resumed from the older one kept on " + context_.node;
+      return use_kept();
+    }
+    start_note_ = why + "; started without it";
+    return false;
+  }
+  spdlog::info("job checkpoint restored job=\"{}\" digest=\"{}\" bytes={}", job_id_, named->digest, named->size_bytes);
+  if (have_kept) {
+    (void)safe_remove_tree(kept.string());  // older than the one restored
+    fs::remove(kept_meta, ec);
+  }
+  start_note_ = "resumed from checkpoint " + named->digest;
+  return true;
+}
+
 bool JobRunner::report(const std::string& phase, std::optional<int> exit_code, std::optional<int> signal,
                        const std::string& message) {
   Json body = {{"phase", phase}};
@@ -583,14 +698,22 @@ void JobRunner::finish(const JobStatus& status) {
   if (detached()) return;  // the next agent finishes the job's bookkeeping
   std::error_code ec;
   fs::path kept = context_.checkpoints_dir / dir_.filename();
+  fs::path kept_meta = context_.checkpoints_dir / (dir_.filename().string() + ".json");
   if (!context_.checkpoints_dir.empty()) {
     if (reason == StopReason::kGone && checkpointable() && !fs::is_empty(dir_ / "checkpoint", ec)) {
+      // Uploaded first, so that the job can resume on any node; kept here too, for a start here.
+      std::string taken_at = now_text();
+      std::string digest = upload_checkpoint(taken_at);
       fs::create_directories(context_.checkpoints_dir, ec);
       (void)safe_remove_tree(kept.string());
+      fs::remove(kept_meta, ec);
       fs::rename(dir_ / "checkpoint", kept, ec);
-      spdlog::info("job checkpoint kept job=\"{}\" dir=\"{}\" error=\"{}\"", job_id_, kept.string(), ec.message());
+      if (!ec) std::ofstream(kept_meta, std::ios::trunc) << Json{{"digest", digest}, {"taken_at", taken_at}}.dump();
+      spdlog::info("job checkpoint kept job=\"{}\" dir=\"{}\" uploaded={} error=\"{}\"", job_id_, kept.string(),
+                   !digest.empty(), ec.message());
     } else if (reason != StopReason::kGone && fs::exists(kept, ec)) {
       (void)safe_remove_tree(kept.string());  // it ended: nothing to resume
+      fs::remove(kept_meta, ec);
     }
   }
   if (auto removed = safe_remove_tree(dir_.string()); !removed) {

@@ -7,6 +7,11 @@
 // (`<data-dir>/jobs/<name>/`): runner.json (the job, the output cursor the server has
 // acknowledged, whether Running was reported), run/ (the runtime's job directory: output, exit
 // status), work/ (the workspace, the job's home), artifacts/, checkpoint/.
+//
+// Checkpoints: what a checkpointable job taken off the node saved in checkpoint/ is uploaded to
+// the server and kept on the node (`<data-dir>/checkpoints/<job>`, with `<job>.json` naming the
+// digest uploaded and when it was taken). A start restores the kept copy when it is the one the
+// job's status names (or newer: its upload failed), else downloads the server's.
 #pragma once
 
 #include <atomic>
@@ -116,6 +121,14 @@ class JobRunner {
   bool post_lines(const Json& lines, size_t count);
   void note(const std::string& text);  // a line in the job's log from the agent itself
   void upload_artifacts();
+  // A checkpointable job taken off the node: packs what it saved in `dir_/checkpoint` and uploads
+  // it (PUT /v1/jobs/{id}/checkpoint); the digest uploaded, or "" when it could not be.
+  std::string upload_checkpoint(const std::string& taken_at);
+  // Before a start: puts the job's checkpoint into `checkpoint` (absent): the copy kept on this
+  // node when it is the one the server names (or newer), else the server's, downloaded and
+  // verified. Returns whether one was restored; sets start_note_ to say which (or why none).
+  bool restore_checkpoint(const model::Job& job, const std::filesystem::path& checkpoint);
+  Status download_checkpoint(const model::CheckpointRef& ref, const std::filesystem::path& checkpoint);
   Status save_state();
   void save_cursor();  // save_state, at most once a second
   bool still_here();   // asks the server whether the job is still active on this node
@@ -141,6 +154,7 @@ class JobRunner {
   bool reported_running_ = false;
   std::chrono::steady_clock::time_point cursor_saved_at_{};
   std::string last_stderr_;       // for the message of a failed job
+  std::string start_note_;        // how it started (its checkpoint), sent with the Running report
   std::thread stopper_;
   std::atomic<bool> stop_sent_{false};
   std::atomic<bool> running_{false};

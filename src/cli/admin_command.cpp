@@ -6,6 +6,7 @@
 #include "cli/cli.h"
 #include "cli/client_config.h"
 #include "cli/commands.h"
+#include "cli/output.h"
 
 namespace cnlab::cli {
 namespace {
@@ -18,11 +19,46 @@ void print_json(const Json& json) { std::printf("%s\n", json.dump(2).c_str()); }
   std::exit(0);
 }
 
+std::string text_of(const Json& value) {
+  if (value.is_null()) return "-";
+  if (value.is_string()) return value.get<std::string>().empty() ? "-" : value.get<std::string>();
+  return value.dump();
+}
+
+// `admin ... list`: GET `target`; a table of `columns` (each a header and a JSON pointer into an
+// item, e.g. "/spec/user"), or with -o json the server's answer as it came.
+void add_list(CLI::App& parent, const std::shared_ptr<ClientFlags>& flags, const std::string& what, const std::string& target,
+              std::vector<std::pair<std::string, std::string>> columns) {
+  auto* list = parent.add_subcommand("list", "List " + what);
+  auto output = std::make_shared<std::string>();
+  add_output_option(*list, *output, /*allow_name=*/false);
+  list->footer("Example:\n  cnlab " + parent.get_parent()->get_name() + " " + parent.get_name() + " list -o json");
+  list->callback([flags, target, columns, output] {
+    auto format = parse_output_format(*output, /*allow_name=*/false);
+    if (!format) std::exit(report(format.error()));
+    finish(call_json(*flags, "GET", target), [&](const Json& j) {
+      if (*format == OutputFormat::kJson) return print_json(j);
+      std::vector<Table::Column> headers;
+      for (const auto& [header, pointer] : columns) headers.push_back({header, Table::Align::kLeft, header == "DESCRIPTION"});
+      Table table(std::move(headers));
+      for (const Json& item : j.value("items", Json::array())) {
+        table.row();
+        for (const auto& [header, pointer] : columns) {
+          Json::json_pointer at(pointer);
+          table.cell(item.contains(at) ? text_of(item[at]) : "-");
+        }
+      }
+      table.print(stdout);
+    });
+  });
+}
+
 }  // namespace
 
 void add_admin_commands(CLI::App& app, std::shared_ptr<ClientFlags> flags) {
   auto* admin = app.add_subcommand("admin", "Administer the cluster: projects, users, tokens, quotas");
   admin->require_subcommand(1);
+  admin->footer("Example:\n  cnlab admin project create vision\n  cnlab admin token create --user alice --project vision --role member\n  cnlab admin quota list -o json");
 
   auto* project = admin->add_subcommand("project", "Projects")->require_subcommand(1);
   auto* project_create = project->add_subcommand("create", "Create a project");
@@ -39,11 +75,8 @@ void add_admin_commands(CLI::App& app, std::shared_ptr<ClientFlags> flags) {
       std::printf("project %s created\n", j["metadata"].value("name", "").c_str());
     });
   });
-  project->add_subcommand("list", "List projects")->callback([flags] {
-    finish(call_json(*flags, "GET", "/v1/projects"), [](const Json& j) {
-      for (const auto& p : j["items"]) std::printf("%s\n", p["metadata"].value("name", "").c_str());
-    });
-  });
+  add_list(*project, flags, "projects", "/v1/projects",
+           {{"NAME", "/metadata/name"}, {"SHARE", "/spec/share"}, {"DESCRIPTION", "/spec/description"}});
 
   auto* user = admin->add_subcommand("user", "Users")->require_subcommand(1);
   auto* user_create = user->add_subcommand("create", "Create a user");
@@ -53,6 +86,9 @@ void add_admin_commands(CLI::App& app, std::shared_ptr<ClientFlags> flags) {
     finish(call_json(*flags, "POST", "/v1/users", {{"kind", "User"}, {"metadata", {{"name", *user_name}}}}),
            [](const Json& j) { std::printf("user %s created\n", j["metadata"].value("name", "").c_str()); });
   });
+
+  add_list(*user, flags, "users", "/v1/users",
+           {{"NAME", "/metadata/name"}, {"DISPLAY NAME", "/spec/display_name"}, {"EMAIL", "/spec/email"}, {"DISABLED", "/spec/disabled"}});
 
   auto* token = admin->add_subcommand("token", "API tokens")->require_subcommand(1);
   auto* token_create = token->add_subcommand("create", "Mint a token; prints it on the last line");
@@ -81,7 +117,9 @@ void add_admin_commands(CLI::App& app, std::shared_ptr<ClientFlags> flags) {
     finish(call_json(*flags, "POST", "/v1/tokens/" + *t_id + "/revoke", Json::object()),
            [t_id](const Json&) { std::printf("token %s revoked\n", t_id->c_str()); });
   });
-  token->add_subcommand("list", "List tokens")->callback([flags] { finish(call_json(*flags, "GET", "/v1/tokens"), print_json); });
+  add_list(*token, flags, "token records (yours; an admin: all)", "/v1/tokens",
+           {{"ID", "/metadata/name"}, {"USER", "/spec/user"}, {"PROJECT", "/spec/project"}, {"EXPIRES", "/spec/expires_at"},
+            {"REVOKED", "/spec/revoked"}, {"CREATED BY", "/spec/created_by"}});
 
   auto* join = admin->add_subcommand("join-token", "Join tokens for node agents")->require_subcommand(1);
   auto* join_create = join->add_subcommand("create", "Create a join token; prints it on the last line");
@@ -106,6 +144,10 @@ void add_admin_commands(CLI::App& app, std::shared_ptr<ClientFlags> flags) {
            [j_id](const Json&) { std::printf("join token %s revoked\n", j_id->c_str()); });
   });
 
+  add_list(*join, flags, "join tokens", "/v1/join-tokens",
+           {{"ID", "/metadata/name"}, {"EXPIRES", "/spec/expires_at"}, {"MAX USES", "/spec/max_uses"}, {"USES", "/status/uses"},
+            {"REVOKED", "/spec/revoked"}, {"CREATED BY", "/spec/created_by"}});
+
   auto* binding = admin->add_subcommand("rolebinding", "Role bindings")->require_subcommand(1);
   auto* binding_create = binding->add_subcommand("create", "Grant a role in a project ('*' for the whole cluster)");
   auto b_user = std::make_shared<std::string>();
@@ -119,6 +161,9 @@ void add_admin_commands(CLI::App& app, std::shared_ptr<ClientFlags> flags) {
     finish(call_json(*flags, "POST", "/v1/rolebindings", body),
            [](const Json& j) { std::printf("role binding %s created\n", j["metadata"].value("name", "").c_str()); });
   });
+
+  add_list(*binding, flags, "role bindings (yours, and all in projects you administer)", "/v1/rolebindings",
+           {{"NAME", "/metadata/name"}, {"USER", "/spec/user"}, {"PROJECT", "/spec/project"}, {"ROLE", "/spec/role"}});
 
   auto* quota = admin->add_subcommand("quota", "Quotas")->require_subcommand(1);
   auto* quota_set = quota->add_subcommand("set", "Create or replace a quota");
@@ -135,7 +180,10 @@ void add_admin_commands(CLI::App& app, std::shared_ptr<ClientFlags> flags) {
     finish(call_json(*flags, "PUT", "/v1/quotas/" + *q_name, body),
            [q_name](const Json&) { std::printf("quota %s set\n", q_name->c_str()); });
   });
-  quota->add_subcommand("list", "List quotas")->callback([flags] { finish(call_json(*flags, "GET", "/v1/quotas"), print_json); });
+  add_list(*quota, flags, "quotas (cnlab quota shows them with usage)", "/v1/quotas",
+           {{"NAME", "/metadata/name"}, {"PROJECT", "/spec/project"}, {"USER", "/spec/user"},
+            {"CONCURRENT_JOBS", "/spec/concurrent_jobs"}, {"GPUS", "/spec/gpus"}, {"BLOCKS_PER_MODEL", "/spec/blocks_per_model"},
+            {"GPU_HOURS", "/spec/gpu_hours"}, {"WINDOW", "/spec/gpu_hours_window"}, {"BORROWING", "/spec/borrowing"}});
 }
 
 }  // namespace cnlab::cli

@@ -8,6 +8,7 @@
 #include "cli/cli.h"
 #include "cli/client_config.h"
 #include "cli/commands.h"
+#include "cli/output.h"
 #include "store/store.h"
 
 namespace cnlab::cli {
@@ -47,10 +48,15 @@ void add_audit_commands(CLI::App& app, std::shared_ptr<ClientFlags> flags) {
   auto limit = std::make_shared<int64_t>(100);
   audit->add_option("--from", *from, "First record")->capture_default_str();
   audit->add_option("--limit", *limit, "Records to show")->capture_default_str();
+  auto output = std::make_shared<std::string>();
+  add_output_option(*audit, *output, /*allow_name=*/false);
+  audit->footer("Example:\n  cnlab audit --from 1 --limit 50\n  cnlab audit -o json | jq '.items[].record.action'\n  cnlab audit verify");
   auto* verify = audit->add_subcommand("verify", "Check the hash chain; names the first edited, deleted or reordered record");
   auto data_dir = std::make_shared<std::string>();
   verify->add_option("--data-dir", *data_dir, "Check a data directory's store directly instead of asking the server");
-  audit->callback([flags, from, limit, verify, data_dir] {
+  audit->callback([flags, from, limit, verify, data_dir, output] {
+    auto format = parse_output_format(*output, /*allow_name=*/false);
+    if (!format) std::exit(report(format.error()));
     if (verify->parsed()) {
       if (!data_dir->empty()) std::exit(verify_offline(*data_dir));
       auto result = call_json(*flags, "GET", "/v1/audit/verify");
@@ -66,12 +72,24 @@ void add_audit_commands(CLI::App& app, std::shared_ptr<ClientFlags> flags) {
     }
     auto result = call_json(*flags, "GET", "/v1/audit?from=" + std::to_string(*from) + "&limit=" + std::to_string(*limit));
     if (!result) std::exit(report(result.error()));
+    if (*format == OutputFormat::kJson) {
+      std::printf("%s\n", result->dump(2).c_str());
+      std::exit(0);
+    }
+    Table table({{"SEQ", Table::Align::kRight}, {"TIME"}, {"ACTOR"}, {"ACTION"}, {"TARGET", Table::Align::kLeft, true},
+                 {"OUTCOME", Table::Align::kLeft, true}});
     for (const auto& item : (*result)["items"]) {
       const Json& r = item["record"];
-      std::printf("%6lld %s %-16s %-24s %-32s %s\n", item.value("seq", 0LL), r.value("time", "").c_str(),
-                  r.value("actor", "").c_str(), r.value("action", "").c_str(), r.value("target", "").c_str(),
-                  r.value("outcome", "").c_str());
+      std::string outcome = r.value("outcome", "");
+      table.row();
+      table.cell(std::to_string(item.value("seq", 0LL)));
+      table.cell(r.value("time", ""));
+      table.cell(r.value("actor", ""));
+      table.cell(r.value("action", ""));
+      table.cell(r.value("target", ""));
+      table.cell(outcome, outcome == "ok" || outcome == "allowed" ? nullptr : kYellow);
     }
+    table.print(stdout);
     std::exit(0);
   });
 }

@@ -18,6 +18,13 @@ void add_client_commands(CLI::App& app) {
   const size_t before = app.get_subcommands({}).size();
   add_admin_commands(app, flags);
   add_audit_commands(app, flags);
+  add_run_command(app, flags);
+  add_logs_command(app, flags);
+  add_cancel_command(app, flags);
+  add_ps_command(app, flags);
+  add_describe_command(app, flags);
+  add_cluster_commands(app, flags);
+  add_quota_command(app, flags);
   auto all = app.get_subcommands({});
   for (size_t i = before; i < all.size(); ++i) {
     CLI::App* command = all[i];
@@ -27,6 +34,8 @@ void add_client_commands(CLI::App& app) {
     fall_through(command);
   }
   // After the loop: they must not get the shared flags (login's own would clash).
+  add_login_command(app);
+  add_completion_command(app);
 }
 
 }  // namespace cnlab::cli

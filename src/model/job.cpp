@@ -48,6 +48,16 @@ Json spec_to_json(const JobSpec& spec) {
   return j;
 }
 
+}  // namespace
+
+Json to_json(const CheckpointRef& checkpoint) {
+  return {{"digest", checkpoint.digest},
+          {"size_bytes", checkpoint.size_bytes},
+          {"taken_at", format_rfc3339(checkpoint.taken_at)}};
+}
+
+namespace {
+
 Json status_to_json(const JobStatus& status) {
   Json j = {{"phase", to_string(status.phase)}, {"submitted_at", format_rfc3339(status.submitted_at)}};
   if (status.started_at) j["started_at"] = format_rfc3339(*status.started_at);
@@ -78,6 +88,13 @@ Json status_to_json(const JobStatus& status) {
   if (!status.waiting_reason.empty()) j["waiting_reason"] = status.waiting_reason;
   j["cancel_requested"] = status.cancel_requested;
   j["attempts"] = status.attempts;
+  if (!status.attempt_nodes.empty()) j["attempt_nodes"] = status.attempt_nodes;
+  if (status.checkpoint) j["checkpoint"] = to_json(*status.checkpoint);
+  if (!status.older_checkpoints.empty()) {
+    Json older = Json::array();
+    for (const auto& c : status.older_checkpoints) older.push_back(to_json(c));
+    j["older_checkpoints"] = std::move(older);
+  }
   return j;
 }
 
@@ -223,9 +240,22 @@ std::vector<JobEvent> read_events(const Json& array, const std::string& path, Js
   return events;
 }
 
+CheckpointRef read_checkpoint(const Json& json, const std::string& path, JsonReader& parent) {
+  JsonReader r(json, path);
+  r.only({"digest", "size_bytes", "taken_at"});
+  CheckpointRef ref;
+  ref.digest = r.string("digest");
+  if (r.status()) detail::check(r, validate_digest(ref.digest, r.path_of("digest")));
+  ref.size_bytes = r.integer_or("size_bytes", 0, 0, INT64_MAX);
+  ref.taken_at = detail::required_time(r, "taken_at");
+  if (!r.status()) parent.fail(r.status().error());
+  return ref;
+}
+
 JobStatus read_status(JsonReader& r) {
   r.only({"phase", "submitted_at", "started_at", "last_checkpoint_at", "placement", "succeeded_nodes", "message",
-          "finished_at", "exit_code", "signal", "events", "waiting_reason", "cancel_requested", "attempts"});
+          "finished_at", "exit_code", "signal", "events", "waiting_reason", "cancel_requested", "attempts",
+          "attempt_nodes", "checkpoint", "older_checkpoints"});
   JobStatus status;
   status.phase = detail::read_enum(r, "phase", kPhases, JobPhase::kPending, "phases");
   status.submitted_at = r.time("submitted_at").value_or(Time{});
@@ -243,6 +273,16 @@ JobStatus read_status(JsonReader& r) {
   status.waiting_reason = r.string_or("waiting_reason", "");
   status.cancel_requested = r.boolean_or("cancel_requested", false);
   status.attempts = static_cast<int>(r.integer_or("attempts", 0, 0, INT32_MAX));
+  if (const Json* nodes = r.array("attempt_nodes")) status.attempt_nodes = read_node_names(*nodes, r.path_of("attempt_nodes"), r);
+  if (const Json* checkpoint = r.object("checkpoint")) {
+    status.checkpoint = read_checkpoint(*checkpoint, r.path_of("checkpoint"), r);
+  }
+  if (const Json* older = r.array("older_checkpoints")) {
+    for (size_t i = 0; i < older->size() && r.status(); ++i) {
+      status.older_checkpoints.push_back(
+          read_checkpoint((*older)[i], fmt::format("{}[{}]", r.path_of("older_checkpoints"), i), r));
+    }
+  }
   if (r.status() && status.phase == JobPhase::kRunning && (status.placement.empty() || !status.started_at)) {
     r.fail(Error::invalid_argument(r.path_of("phase"), "Running", "a Running job needs a placement and started_at"));
   }

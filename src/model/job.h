@@ -82,6 +82,21 @@ struct WorkspaceRef {
   bool operator==(const WorkspaceRef&) const = default;
 };
 
+// An application checkpoint a job's agent uploaded (PUT /v1/jobs/{id}/checkpoint): a workspace
+// archive of its CNLAB_CHECKPOINT_DIR, stored by digest. JSON {"digest": "sha256:...",
+// "size_bytes": 123, "taken_at": "2026-11-30T10:01:00Z"}.
+struct CheckpointRef {
+  std::string digest;      // "sha256:" + 64 lowercase hex digits, of the archive
+  int64_t size_bytes = 0;  // of the archive, >= 0
+  Time taken_at{};         // when the agent took it (the job's stop)
+
+  bool operator==(const CheckpointRef&) const = default;
+};
+Json to_json(const CheckpointRef& checkpoint);
+
+// The checkpoints the server keeps per job: the latest and the ones before it.
+inline constexpr size_t kKeptCheckpointsPerJob = 3;
+
 // Limits the decoder enforces on what a job runs.
 inline constexpr size_t kMaxCommandArgs = 1024;
 inline constexpr size_t kMaxCommandArgBytes = 4096;
@@ -132,6 +147,13 @@ struct JobStatus {
   std::string waiting_reason;       // why the scheduler left it waiting, as of its latest cycle
   bool cancel_requested = false;    // a cancel is on its way to the agent
   int attempts = 0;                 // how many times it was started (pre-emption restarts it)
+  // The nodes of its latest started attempt (the placement when it was reported Running), kept
+  // after the placement is cleared: the nodes that may upload its checkpoint.
+  std::vector<std::string> attempt_nodes;
+  // The latest uploaded checkpoint, handed back to the job when it starts again (on any node), and
+  // the ones kept before it, newest first (at most kKeptCheckpointsPerJob - 1).
+  std::optional<CheckpointRef> checkpoint;
+  std::vector<CheckpointRef> older_checkpoints;
 
   bool operator==(const JobStatus&) const = default;
 };

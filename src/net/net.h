@@ -117,7 +117,8 @@ struct ClientOptions {
 ErrorCode error_code_for_status(int status);
 // The Error a non-2xx answer from a CNLab server stands for: the status's code, and the field,
 // value and message of its {"error": {...}} body when it has one. `what` ("GET /v1/jobs") prefixes
-// the message when not empty.
+// the message when not empty. The server's message starts with `field "value": `; that is kept
+// once (in field and value), not repeated in the message.
 Error error_from_response(int status, const std::string& body, const std::string& what);
 
 struct ClientResponse {

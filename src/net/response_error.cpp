@@ -24,8 +24,13 @@ Error error_from_response(int status, const std::string& body, const std::string
   std::string prefix = what.empty() ? "" : what + ": ";
   if (parsed.is_object() && parsed.contains("error") && parsed["error"].is_object()) {
     const Json& e = parsed["error"];
-    return Error::of(error_code_for_status(status), e.value("field", ""), e.value("value", ""),
-                     prefix + e.value("message", "HTTP " + std::to_string(status)));
+    std::string field = e.value("field", ""), value = e.value("value", "");
+    std::string message = e.value("message", "HTTP " + std::to_string(status));
+    // The server's message already starts with `field "value": `, which Error::to_string puts in
+    // front again: keep it once.
+    const std::string named = field + " \"" + value + "\": ";
+    if (!field.empty() && message.rfind(named, 0) == 0) message.erase(0, named.size());
+    return Error::of(error_code_for_status(status), field, value, prefix + message);
   }
   return Error::of(error_code_for_status(status), "", "", prefix + (body.empty() ? "HTTP " + std::to_string(status) : body));
 }

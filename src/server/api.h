@@ -1,8 +1,9 @@
 // The REST API under /v1: routing, authentication, and one handler per endpoint (their bodies live
 // in one file per resource: jobs_api.cpp, nodes_api.cpp, access_api.cpp, audit_api.cpp,
-// watch_api.cpp, workspaces_api.cpp, artifacts_api.cpp). Handlers run on the HTTP server's worker
-// pool and may block on the store. Request bodies are at most ServerConfig::max_body_bytes except
-// on the upload routes (workspaces, artifacts), which take up to max_upload_bytes.
+// watch_api.cpp, workspaces_api.cpp, artifacts_api.cpp, checkpoints_api.cpp). Handlers run on the
+// HTTP server's worker pool and may block on the store. Request bodies are at most
+// ServerConfig::max_body_bytes except on the upload routes (workspaces, artifacts, checkpoints),
+// which take up to max_upload_bytes.
 #pragma once
 
 #include <functional>
@@ -17,6 +18,7 @@
 #include "server/admission.h"
 #include "server/data_dir.h"
 #include "server/job_logs.h"
+#include "server/job_waiting.h"
 #include "server/metrics.h"
 #include "server/object_cache.h"
 #include "server/router.h"
@@ -47,7 +49,7 @@ struct ApiContext {
   JobLogs& logs;
   std::function<void()> wake_scheduler;
   std::function<Time()> clock;
-  std::function<std::string(const std::string&)> waiting_reason;  // the scheduler's, for a pending job
+  std::function<JobWaiting(const std::string&)> waiting;  // the scheduler's, for a pending job
 };
 
 class Api {
@@ -139,6 +141,10 @@ class Api {
   net::Response put_artifact(const Call& call);
   net::Response list_artifacts(const Call& call);
   net::Response get_artifact(const Call& call);
+
+  // checkpoints_api.cpp
+  net::Response put_checkpoint(const Call& call);
+  net::Response get_checkpoint(const Call& call);
 
   // watch_api.cpp: `?watch=1&revision=N` on a collection. `visible` decides per object (parsed
   // once per event however many watchers there are). A `route` (jobs: a node name) limits the

@@ -332,6 +332,21 @@ Result<std::string> read_blob(const std::string& root, const std::string& relati
   return content;
 }
 
+Status remove_blob(const std::string& root, const std::string& relative) {
+  std::vector<std::string> segments = segments_of(relative);
+  if (segments.empty() || segments.front().starts_with(".")) {
+    return Error::invalid_argument("path", relative, "not a relative path of a stored file");
+  }
+  auto base = open_root(root, /*create=*/false);
+  if (!base) return Status::ok();
+  auto parent = open_directories(std::move(*base), segments, segments.size() - 1, nullptr);
+  if (!parent) return parent.error().code == ErrorCode::kNotFound ? Status::ok() : Status(parent.error());
+  if (::unlinkat(parent->get(), segments.back().c_str(), 0) != 0 && errno != ENOENT) {
+    return Error::internal("remove " + relative + ": " + errno_text());
+  }
+  return Status::ok();
+}
+
 int64_t blob_size(const std::string& root, const std::string& relative) {
   auto fd = open_file(root, relative);
   if (!fd) return -1;

@@ -46,6 +46,10 @@ Result<BlobInfo> write_blob(const std::string& root, const std::string& relative
 // directory or a symbolic link is none).
 Result<std::string> read_blob(const std::string& root, const std::string& relative);
 
+// Removes the file `root/relative` (never through a symbolic link). Removing what is not there is
+// no error.
+Status remove_blob(const std::string& root, const std::string& relative);
+
 // Whether the regular file `root/relative` exists, and its size (-1 when it does not).
 int64_t blob_size(const std::string& root, const std::string& relative);
 

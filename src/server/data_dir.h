@@ -20,6 +20,7 @@ struct DataDir {
   std::string logs() const { return root + "/logs"; }
   std::string artifacts() const { return root + "/artifacts"; }
   std::string workspaces() const { return root + "/workspaces"; }
+  std::string checkpoints() const { return root + "/checkpoints"; }
 };
 
 // Reads a whole file; errors name the path.

@@ -34,14 +34,18 @@ bool bound_to(const model::Job& job, const std::string& node) {
   return false;
 }
 
+// The scheduler's view of a pending job, merged into its status as served.
+void add_waiting(Json& status, const JobWaiting& waiting) {
+  if (!waiting.reason.empty()) status["waiting_reason"] = waiting.reason;
+  if (waiting.queue_position > 0) status["queue_position"] = waiting.queue_position;
+  if (waiting.estimated_start) status["estimated_start"] = format_rfc3339(*waiting.estimated_start);
+}
+
 }  // namespace
 
 Json Api::job_json(const model::Job& job) const {
   Json out = to_json(job);
-  if (job.status.phase == model::JobPhase::kPending) {
-    std::string reason = ctx_.waiting_reason(job.meta.name);
-    if (!reason.empty()) out["status"]["waiting_reason"] = reason;
-  }
+  if (job.status.phase == model::JobPhase::kPending) add_waiting(out["status"], ctx_.waiting(job.meta.name));
   return out;
 }
 
@@ -295,10 +299,7 @@ net::Response Api::list_jobs(const Call& call) {
     Json job = Json::parse(record.value, nullptr, false);
     if (!job.is_object() || !visible(job)) continue;
     job["metadata"]["revision"] = record.mod_revision;
-    if (job["status"].value("phase", "") == "Pending") {
-      std::string reason = ctx_.waiting_reason(record.key);
-      if (!reason.empty()) job["status"]["waiting_reason"] = reason;
-    }
+    if (job["status"].value("phase", "") == "Pending") add_waiting(job["status"], ctx_.waiting(record.key));
     items.push_back(std::move(job));
   }
   Json out = {{"items", std::move(items)}, {"revision", listed->revision}};
@@ -406,7 +407,11 @@ net::Response Api::report_job_status(const Call& call) {
           job.status.phase = model::JobPhase::kRunning;
           job.status.started_at = call.now;  // the bind time until now; run time counts from here
           job.status.attempts += 1;
-          job.status.events.push_back(event(model::JobEventType::kStarted, call.now, "started on " + call.caller.node));
+          job.status.attempt_nodes.clear();
+          for (const auto& binding : job.status.placement) job.status.attempt_nodes.push_back(binding.node);
+          // The agent may say how it started ("resumed from checkpoint sha256:...").
+          job.status.events.push_back(event(model::JobEventType::kStarted, call.now,
+                                            "started on " + call.caller.node + (message.empty() ? "" : "; " + message)));
           start_latency = static_cast<double>((call.now - job.status.submitted_at).count());
           return true;
         }

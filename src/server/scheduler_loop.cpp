@@ -167,9 +167,16 @@ CycleReport SchedulerLoop::run_once() {
 
   {
     // Built aside and swapped in: readers (the API serving a pending job) never wait for it.
-    std::unordered_map<std::string, std::string> reasons;
+    std::unordered_map<sched::JobIndex, Time> reserved;
+    for (const auto& r : result.reservations) reserved.emplace(r.job, r.start);
+    std::unordered_map<std::string, JobWaiting> reasons;
     reasons.reserve(result.waiting.size());
-    for (const auto& w : result.waiting) reasons.emplace(snapshot_.jobs[w.job].meta.name, result.reasons[w.reason]);
+    int64_t position = 0;
+    for (const auto& w : result.waiting) {
+      JobWaiting waiting{result.reasons[w.reason], ++position, std::nullopt};
+      if (auto it = reserved.find(w.job); it != reserved.end()) waiting.estimated_start = it->second;
+      reasons.emplace(snapshot_.jobs[w.job].meta.name, std::move(waiting));
+    }
     {
       std::lock_guard lock(reasons_mutex_);
       reasons_.swap(reasons);
@@ -388,10 +395,12 @@ void SchedulerLoop::loop() {
   }
 }
 
-std::string SchedulerLoop::waiting_reason(const std::string& job) const {
+std::string SchedulerLoop::waiting_reason(const std::string& job) const { return waiting(job).reason; }
+
+JobWaiting SchedulerLoop::waiting(const std::string& job) const {
   std::lock_guard lock(reasons_mutex_);
   auto it = reasons_.find(job);
-  return it == reasons_.end() ? std::string() : it->second;
+  return it == reasons_.end() ? JobWaiting{} : it->second;
 }
 
 }  // namespace cnlab::server

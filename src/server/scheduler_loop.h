@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "sched/scheduler.h"
+#include "server/job_waiting.h"
 #include "server/metrics.h"
 #include "server/object_cache.h"
 #include "server/server.h"
@@ -55,6 +56,8 @@ class SchedulerLoop {
 
   // The scheduler's latest reason for a pending job, or "".
   std::string waiting_reason(const std::string& job) const;
+  // Its reason, queue position and reserved start, as of the latest cycle (empty: not waiting).
+  JobWaiting waiting(const std::string& job) const;
 
  private:
   void on_change(const Change& change);
@@ -84,7 +87,7 @@ class SchedulerLoop {
   bool projects_dirty_ = true;
 
   mutable std::mutex reasons_mutex_;
-  std::unordered_map<std::string, std::string> reasons_;
+  std::unordered_map<std::string, JobWaiting> reasons_;
 
   std::mutex wake_mutex_;
   std::condition_variable wake_cv_;

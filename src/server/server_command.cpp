@@ -59,6 +59,9 @@ void add_server_commands(CLI::App& app) {
   server->add_option("--max-artifact-bytes-per-job", config->max_artifact_bytes_per_job,
                      "The most bytes of artifacts one job may keep")
       ->capture_default_str();
+  server->add_option("--max-checkpoint-bytes", config->max_checkpoint_bytes,
+                     "The largest checkpoint archive an agent may upload for a job")
+      ->capture_default_str();
   server->add_option("--history-revisions", config->history_revisions,
                      "Changes kept for watches from a past revision (older ones get 410)")
       ->capture_default_str();

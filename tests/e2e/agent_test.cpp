@@ -337,6 +337,47 @@ TEST_F(AgentTest, APreemptedCheckpointableJobSavesAndResumesFromItsCheckpoint) {
 }
 
 
+TEST_F(AgentTest, APreemptedJobsCheckpointIsUploadedAndHandedBackWhenItResumesOnAnotherNode) {
+  add_agent("gpu-1", "h100", {"--checkpoint-grace", "5s"});
+  // Waits; on SIGUSR1 saves where it is (a file in a subdirectory) and exits. Started again with a
+  // checkpoint, prints what it finds there and ends.
+  std::string job = submit({"python3", "-c",
+                            "import os, signal, sys, time\n"
+                            "base = os.environ['CNLAB_CHECKPOINT_DIR']\n"
+                            "path = os.path.join(base, 'state', 'step.txt')\n"
+                            "if os.path.exists(path):\n"
+                            "  print('restored on', os.environ['CNLAB_NODE'] + ':', open(path).read(),\n"
+                            "        os.environ.get('CNLAB_RESUMED', '0'), flush=True)\n"
+                            "  sys.exit(0)\n"
+                            "print('fresh start on', os.environ['CNLAB_NODE'], flush=True)\n"
+                            "def save(*_):\n"
+                            "  os.makedirs(os.path.dirname(path), exist_ok=True)\n"
+                            "  open(path, 'w').write('step 17 saved on ' + os.environ['CNLAB_NODE'])\n"
+                            "  sys.exit(0)\n"
+                            "signal.signal(signal.SIGUSR1, save)\n"
+                            "while True:\n"
+                            "  time.sleep(0.05)\n"},
+                           "h100x1", 256, {{"priority_class", "opportunistic"}, {"checkpointable", true}});
+  ASSERT_TRUE(eventually([&] { return !logs(job).empty(); }, 20s));
+  // Pre-empted on gpu-1 by a job that keeps the GPU; the agent uploads what the job saved.
+  std::string urgent = submit({"sleep", "300"}, "h100x1", 256, {{"priority_class", "production"}});
+  ASSERT_TRUE(eventually([&] { return get_job(*admin_, job)["status"].contains("checkpoint"); }, 20s))
+      << get_job(*admin_, job).dump() << agents_[0]->log();
+  std::string digest = get_job(*admin_, job)["status"]["checkpoint"]["digest"];
+  EXPECT_THAT(agents_[0]->log(), HasSubstr("job checkpoint uploaded job=\"" + job + "\" digest=\"" + digest + "\""));
+
+  // gpu-1 takes no new work; the job resumes on gpu-2, which has never seen it.
+  call(*admin_, "POST", "/v1/nodes/gpu-1/cordon", 200);
+  add_agent("gpu-2", "h100");
+  Json ended = wait_for_end(job);
+  EXPECT_EQ(ended["status"]["phase"], "Succeeded") << ended.dump() << agents_[1]->log();
+  EXPECT_THAT(texts(logs(job)), ElementsAre("fresh start on gpu-1", "restored on gpu-2: step 17 saved on gpu-1 1"));
+  std::string started = ended["status"]["events"].dump();
+  EXPECT_THAT(started, HasSubstr("started on gpu-2; resumed from checkpoint " + digest));
+  EXPECT_THAT(agents_[1]->log(), HasSubstr("job checkpoint restored job=\"" + job + "\" digest=\"" + digest + "\""));
+  call(*admin_, "POST", "/v1/jobs/" + urgent + "/cancel", 200);
+}
+
 TEST_F(AgentTest, TheAgentAppliesTheMigLayoutTheSchedulerDecided) {
   add_agent("gpu-1", "h100:mig");
   std::string id = submit({"sh", "-c", "echo in a MIG slice; sleep 3"}, "h100:3g.40gb");

@@ -217,6 +217,31 @@ TEST(JobJson, TheSucceededMembersOfAGangRoundTripAndAreOmittedWhenNone) {
   EXPECT_TRUE(none->status.succeeded_nodes.empty());
 }
 
+TEST(JobJson, CheckpointsAndTheNodesOfTheLatestAttemptRoundTripAndAreOmittedWhenNone) {
+  EXPECT_FALSE(to_json(running_job())["status"].contains("checkpoint"));
+  EXPECT_FALSE(to_json(running_job())["status"].contains("older_checkpoints"));
+  EXPECT_FALSE(to_json(running_job())["status"].contains("attempt_nodes"));
+  Job job = running_job();
+  std::string a = "sha256:" + std::string(64, 'a'), b = "sha256:" + std::string(64, 'b');
+  job.status.attempt_nodes = {"gpu-12"};
+  job.status.checkpoint = CheckpointRef{a, 2048, at("2026-11-30T10:14:05Z")};
+  job.status.older_checkpoints = {CheckpointRef{b, 1024, at("2026-11-30T10:04:00Z")}};
+  Json j = to_json(job);
+  EXPECT_EQ(j["status"]["checkpoint"],
+            Json({{"digest", a}, {"size_bytes", 2048}, {"taken_at", "2026-11-30T10:14:05Z"}}));
+  EXPECT_EQ(j["status"]["older_checkpoints"][0]["digest"], b);
+  EXPECT_EQ(j["status"]["attempt_nodes"], Json({"gpu-12"}));
+  auto back = job_from_json(j);
+  ASSERT_TRUE(back) << back.error().to_string();
+  EXPECT_EQ(*back, job);
+
+  j["status"]["older_checkpoints"][0]["digest"] = "sha256:XYZ";
+  EXPECT_EQ(job_from_json(j).error().field, "status.older_checkpoints[0].digest");
+  j = to_json(job);
+  j["status"]["checkpoint"].erase("taken_at");
+  EXPECT_EQ(job_from_json(j).error().field, "status.checkpoint.taken_at");
+}
+
 TEST(JobJson, SucceededNodesMustBeAnArrayOfNodeNames) {
   Json j = to_json(running_job());
   j["status"]["succeeded_nodes"] = "gpu-1";

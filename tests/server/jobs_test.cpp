@@ -131,6 +131,52 @@ TEST_F(JobsTest, APendingJobShowsTheSchedulersReasonAndCancelEndsIt) {
   EXPECT_EQ(admin_->request("POST", "/v1/jobs/" + second + "/cancel", "{}")->status, 409);
 }
 
+TEST_F(JobsTest, PendingJobsShowTheirQueuePositionAndReservedStart) {
+  register_node("gpu-1", "l4", 1);
+  Json running_body = job_body("default", "l4");
+  running_body["spec"]["estimated_duration"] = "1h";
+  std::string running = call(*admin_, "POST", "/v1/jobs", 201, running_body)["metadata"]["name"];
+  ASSERT_TRUE(wait_for_phase(*admin_, running, "Scheduled"));
+  Json waiting_body = job_body("default", "l4");
+  waiting_body["spec"]["estimated_duration"] = "10m";
+  std::string a = call(*admin_, "POST", "/v1/jobs", 201, waiting_body)["metadata"]["name"];
+  std::string b = call(*admin_, "POST", "/v1/jobs", 201, waiting_body)["metadata"]["name"];
+  // Positions 1 and 2, in the scheduler's order (submitted in the same second, so either may lead).
+  std::string first, second;
+  ASSERT_TRUE(eventually([&] {
+    int64_t pa = get_job(*admin_, a)["status"].value("queue_position", 0);
+    int64_t pb = get_job(*admin_, b)["status"].value("queue_position", 0);
+    if (pa == 1 && pb == 2) std::tie(first, second) = std::pair(a, b);
+    if (pa == 2 && pb == 1) std::tie(first, second) = std::pair(b, a);
+    return !first.empty();
+  })) << get_job(*admin_, a).dump() << get_job(*admin_, b).dump();
+  // The first waiting job starts when the running one is estimated to end, the second after it.
+  Json first_status = get_job(*admin_, first)["status"];
+  Json second_status = get_job(*admin_, second)["status"];
+  ASSERT_TRUE(first_status.contains("estimated_start")) << first_status.dump();
+  Time started = *parse_rfc3339(get_job(*admin_, running)["status"]["started_at"].get<std::string>(), "started_at");
+  Time first_start = *parse_rfc3339(first_status["estimated_start"].get<std::string>(), "estimated_start");
+  EXPECT_GE(first_start, started + kHour);
+  EXPECT_THAT(first_status["waiting_reason"].get<std::string>(), HasSubstr("reserved to start at"));
+  // The scheduler reserves for the jobs it can plan a start for; a job behind one gets an estimated
+  // start only when it has a reservation of its own, after the first one's end.
+  if (second_status.contains("estimated_start")) {
+    Time second_start = *parse_rfc3339(second_status["estimated_start"].get<std::string>(), "estimated_start");
+    EXPECT_GE(second_start, first_start + 10 * kMinute);
+  }
+  // The list shows the same; a job that is not pending has neither field.
+  Json listed = call(*admin_, "GET", "/v1/jobs?phase=Pending", 200);
+  ASSERT_EQ(listed["items"].size(), 2u);
+  for (const auto& item : listed["items"]) EXPECT_GT(item["status"].value("queue_position", 0), 0);
+  Json bound = get_job(*admin_, running)["status"];
+  EXPECT_FALSE(bound.contains("queue_position"));
+  EXPECT_FALSE(bound.contains("estimated_start"));
+  // Cancelling the first moves the second to the front.
+  call(*admin_, "POST", "/v1/jobs/" + first + "/cancel", 200, Json::object());
+  EXPECT_TRUE(eventually([&] { return get_job(*admin_, second)["status"].value("queue_position", 0) == 1; }));
+  EXPECT_FALSE(get_job(*admin_, first)["status"].contains("queue_position"));
+}
+
 TEST_F(JobsTest, CancellingARunningJobAsksTheAgentAndFreesTheGpuWhenItEnds) {
   std::string credential = register_node("gpu-1", "l4", 1);
   auto agent = server_->client(credential);

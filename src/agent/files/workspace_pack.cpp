@@ -35,6 +35,7 @@ struct Entry {
 };
 
 struct Walk {
+  bool workspace_rules = true;  // PackOptions::workspace_rules
   IgnoreRules rules;
   std::vector<Entry> entries;
   std::vector<SkippedPath> skipped;
@@ -79,6 +80,7 @@ Status walk(int dir_fd, const std::string& rel_dir, const std::string& root, int
   }
   for (auto [name, source] : {std::pair{".gitignore", IgnoreSource::kGitignore},
                               std::pair{".cnlabignore", IgnoreSource::kCnlabignore}}) {
+    if (!w.workspace_rules) break;
     auto text = read_ignore_file(dir_fd, name, root + "/" + joined(rel_dir, name));
     if (!text) return text.error();
     if (!text->empty()) w.rules.add(rel_dir, *text, source);
@@ -88,7 +90,7 @@ Status walk(int dir_fd, const std::string& rel_dir, const std::string& root, int
     return Error::internal(fmt::format("list {}/{}: {}", root, rel_dir, errno_text(errno)));
   }
   for (const std::string& name : names) {
-    if (name == ".git") continue;  // a repository (or a worktree's pointer to one), never workspace content
+    if (name == ".git" && w.workspace_rules) continue;  // a repository (or a worktree's pointer to one), never workspace content
     std::string rel = joined(rel_dir, name);
     struct stat st {};
     if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
@@ -265,6 +267,7 @@ Result<PackResult> pack_workspace(const std::string& dir, const PackOptions& opt
     return error;
   };
   Walk w;
+  w.workspace_rules = options.workspace_rules;
   struct stat out_st {};
   if (::fstat(output.get(), &out_st) == 0) {
     w.output_dev = out_st.st_dev;

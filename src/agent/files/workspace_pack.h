@@ -17,6 +17,9 @@ struct PackOptions {
   // The compressed archive: the server takes uploads of at most 512 MiB (ServerConfig::
   // max_upload_bytes); failing here says why in terms of the workspace, not an HTTP 413.
   int64_t max_archive_bytes = kDefaultMaxArchiveBytes;
+  // Whether `.git` and what ignore files name are left out (a workspace); false packs every file,
+  // link and directory there is (a job's checkpoint directory).
+  bool workspace_rules = true;
 };
 
 struct PackResult {
@@ -29,9 +32,10 @@ struct PackResult {
   std::vector<SkippedPath> skipped;  // left out though not ignored (links leaving the directory, fifos, ...)
 };
 
-// Packs `dir` into options.output_path. Leaves out `.git` (a directory or a file, at any depth),
+// Packs `dir` into options.output_path. Leaves out `.git` (a directory or a file, at any depth) and
 // what .gitignore and .cnlabignore files say (ignore_rules.h; ignore files that are symbolic links
-// are not read, as in git), the output file itself, and reports in `skipped`: symbolic links whose
+// are not read, as in git) unless options.workspace_rules is false, always the output file
+// itself, and reports in `skipped`: symbolic links whose
 // target could resolve outside `dir` (absolute, or climbing above it), sockets, fifos and devices.
 // Files keep their permission bits (the exec bit matters); setuid, setgid and sticky bits are
 // dropped.

@@ -181,6 +181,19 @@ TEST_F(PackTest, HonoursGitignoreCnlabignoreAndSkipsGit) {
   }
 }
 
+TEST_F(PackTest, WithoutWorkspaceRulesEveryFileIsPackedIgnoreFilesAndGitIncluded) {
+  // A checkpoint directory: what the job saved is all wanted, whatever files it holds.
+  write_file(tmp_ / ".gitignore", "*.ckpt\n");
+  write_file(tmp_ / "model.ckpt", "weights");
+  write_file(tmp_ / ".git/config", "[core]\n");
+  PackOptions options;
+  options.workspace_rules = false;
+  auto packed = pack(tmp_.path(), "ckpt.tar.gz", options);
+  ASSERT_TRUE(packed) << packed.error().to_string();
+  EXPECT_THAT(paths_of(entries_of(packed->archive_path)),
+              ElementsAre(".git", ".git/config", ".gitignore", "model.ckpt"));
+}
+
 TEST_F(PackTest, OutputInsideTheDirectoryIsNotPackedIntoItself) {
   make_project(tmp_.path());
   PackOptions options;

@@ -1,0 +1,197 @@
+// Checkpoints through the API: the agent of the node that ran a job uploads what the job saved,
+// checked against the digest it names; the job's status names the latest three; the node the job
+// is bound to next, and users who see the job's project, download it byte for byte.
+#include <gmock/gmock.h>
+
+#include "auth/auth.h"
+#include "fixtures.h"
+
+namespace cnlab::server::test_support {
+namespace {
+
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+std::string bytes_of(size_t size, char seed) {
+  std::string bytes(size, '\0');
+  for (size_t i = 0; i < size; ++i) bytes[i] = static_cast<char>(seed + i * 13 + (i >> 7));
+  return bytes;
+}
+
+std::string digest_of(const std::string& bytes) { return "sha256:" + auth::sha256_hex(bytes); }
+
+class CheckpointsTest : public ClusterTest {
+ protected:
+  // A checkpointable job bound to gpu-1 (one H100, the whole GPU) and reported Running by its agent.
+  void start_job(const std::string& priority_class = "dev") {
+    agent_ = server_->client(register_node("gpu-1", "h100", 1));
+    job_ = submit_on_gpu_1(priority_class);
+  }
+  std::string submit_on_gpu_1(const std::string& priority_class) {
+    Json body = job_body("default", "h100x1", {"sleep", "100"});
+    body["spec"]["checkpointable"] = true;
+    body["spec"]["priority_class"] = priority_class;
+    std::string id = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
+    EXPECT_TRUE(wait_for_phase(*admin_, id, "Scheduled"));
+    call(*agent_, "PUT", "/v1/jobs/" + id + "/status", 200, {{"phase", "Running"}});
+    return id;
+  }
+  net::ClientResponse put(net::Client& client, const std::string& bytes, std::string digest = "",
+                          const std::string& job = "") {
+    if (digest.empty()) digest = digest_of(bytes);
+    auto r = client.request("PUT", "/v1/jobs/" + (job.empty() ? job_ : job) + "/checkpoint", bytes,
+                            {{"Content-Type", "application/octet-stream"}, {"Checkpoint-Digest", digest}});
+    if (!r) throw std::runtime_error(r.error().to_string());
+    return *r;
+  }
+  net::ClientResponse get(net::Client& client, const std::string& query = "") {
+    auto r = client.request("GET", "/v1/jobs/" + job_ + "/checkpoint" + query);
+    if (!r) throw std::runtime_error(r.error().to_string());
+    return *r;
+  }
+  std::string archive_path(const std::string& bytes) const {
+    return server_->data_dir() + "/checkpoints/" + auth::sha256_hex(bytes);
+  }
+
+  std::unique_ptr<net::Client> agent_;
+  std::string job_;
+};
+
+TEST_F(CheckpointsTest, TheNodeRunningTheJobUploadsItsCheckpointAndItComesBackByteForByte) {
+  start_job();
+  std::string saved = bytes_of(300 << 10, 5);
+  auto stored = put(*agent_, saved);
+  ASSERT_EQ(stored.status, 201) << stored.body;
+  EXPECT_EQ(Json::parse(stored.body)["checkpoint"]["digest"], digest_of(saved));
+  EXPECT_TRUE(fs::exists(archive_path(saved)));
+
+  Json status = get_job(*admin_, job_)["status"];
+  ASSERT_TRUE(status.contains("checkpoint")) << status.dump();
+  EXPECT_EQ(status["checkpoint"]["digest"], digest_of(saved));
+  EXPECT_EQ(status["checkpoint"]["size_bytes"], saved.size());
+  EXPECT_TRUE(status["checkpoint"]["taken_at"].is_string());
+  EXPECT_EQ(status["last_checkpoint_at"], status["checkpoint"]["taken_at"]);
+  EXPECT_EQ(status["events"].back()["type"], "Checkpointed");
+
+  auto by_user = get(*admin_);
+  ASSERT_EQ(by_user.status, 200) << by_user.body;
+  EXPECT_EQ(by_user.headers["content-type"], "application/octet-stream");
+  EXPECT_EQ(by_user.headers["checkpoint-digest"], digest_of(saved));
+  EXPECT_TRUE(by_user.body == saved);
+  auto by_node = get(*agent_);
+  ASSERT_EQ(by_node.status, 200);
+  EXPECT_TRUE(by_node.body == saved);
+}
+
+TEST_F(CheckpointsTest, ANodeThatDidNotRunTheJobNeitherUploadsNorDownloadsItsCheckpoint) {
+  start_job();
+  ASSERT_EQ(put(*agent_, "saved").status, 201);
+  auto other_node = server_->client(register_node("gpu-2", "h100", 1));
+  auto refused = put(*other_node, "planted");
+  EXPECT_TRUE(refused.status == 404 || refused.status == 403) << refused.status << " " << refused.body;
+  EXPECT_EQ(get(*other_node).status, 404);
+  EXPECT_EQ(put(*admin_, "from a user").status, 403);  // users do not upload checkpoints
+  EXPECT_FALSE(fs::exists(archive_path("planted")));
+  EXPECT_EQ(get(*admin_).body, "saved");
+}
+
+TEST_F(CheckpointsTest, AnArchiveThatDoesNotMatchItsDigestIsRefusedAndNothingIsKept) {
+  start_job();
+  auto mismatched = put(*agent_, "the bytes sent", digest_of("other bytes"));
+  ASSERT_EQ(mismatched.status, 400) << mismatched.body;
+  Json error = Json::parse(mismatched.body)["error"];
+  EXPECT_EQ(error["field"], "Checkpoint-Digest");
+  EXPECT_THAT(error["message"].get<std::string>(), HasSubstr(auth::sha256_hex("the bytes sent")));
+  EXPECT_EQ(put(*agent_, "no digest", "not-a-digest").status, 400);
+  auto missing = agent_->request("PUT", "/v1/jobs/" + job_ + "/checkpoint", "no header");
+  EXPECT_EQ(missing->status, 400);
+  EXPECT_THAT(missing->body, HasSubstr("Checkpoint-Digest"));
+
+  EXPECT_FALSE(get_job(*admin_, job_)["status"].contains("checkpoint"));
+  EXPECT_FALSE(fs::exists(archive_path("the bytes sent")));
+  EXPECT_EQ(get(*admin_).status, 404);
+}
+
+TEST_F(CheckpointsTest, AUserOfAnotherProjectCannotSeeTheCheckpoint) {
+  start_job();
+  ASSERT_EQ(put(*agent_, "saved").status, 201);
+  create_project("vision");
+  auto outsider = server_->client(token_for("olga", "vision", "member"));
+  EXPECT_EQ(get(*outsider).status, 404);
+  auto viewer = server_->client(token_for("vera", "default", "viewer"));
+  EXPECT_EQ(get(*viewer).body, "saved");
+  EXPECT_EQ(admin_->request("GET", "/v1/jobs/no-such-job/checkpoint")->status, 404);
+}
+
+TEST_F(CheckpointsTest, OnlyTheLatestThreeAreKeptAndTheArchivesOfOlderOnesAreRemoved) {
+  start_job();
+  std::vector<std::string> saved = {"first", "second", "third", "fourth"};
+  for (const auto& s : saved) ASSERT_EQ(put(*agent_, s).status, 201) << s;
+
+  Json status = get_job(*admin_, job_)["status"];
+  EXPECT_EQ(status["checkpoint"]["digest"], digest_of("fourth"));
+  ASSERT_EQ(status["older_checkpoints"].size(), 2u) << status.dump();
+  EXPECT_EQ(status["older_checkpoints"][0]["digest"], digest_of("third"));
+  EXPECT_EQ(status["older_checkpoints"][1]["digest"], digest_of("second"));
+  EXPECT_FALSE(fs::exists(archive_path("first")));
+  for (const char* kept : {"second", "third", "fourth"}) EXPECT_TRUE(fs::exists(archive_path(kept))) << kept;
+
+  EXPECT_EQ(get(*admin_).body, "fourth");
+  EXPECT_EQ(get(*admin_, "?digest=" + digest_of("second")).body, "second");
+  EXPECT_EQ(get(*admin_, "?digest=" + digest_of("first")).status, 404);
+}
+
+TEST_F(CheckpointsTest, AnArchiveAnotherJobStillNamesIsNotRemoved) {
+  agent_ = server_->client(register_node("gpu-1", "h100", 2));
+  std::string one = submit_on_gpu_1("dev");
+  std::string two = submit_on_gpu_1("dev");
+  ASSERT_EQ(put(*agent_, "shared", "", two).status, 201);
+  for (const char* s : {"shared", "a", "b", "c"}) ASSERT_EQ(put(*agent_, s, "", one).status, 201) << s;
+  EXPECT_TRUE(fs::exists(archive_path("shared")));  // job two still names it
+  EXPECT_EQ(get_job(*admin_, two)["status"]["checkpoint"]["digest"], digest_of("shared"));
+  for (const char* s : {"d", "e", "f"}) ASSERT_EQ(put(*agent_, s, "", two).status, 201) << s;
+  EXPECT_FALSE(fs::exists(archive_path("shared")));  // now nobody does
+}
+
+TEST_F(CheckpointsTest, ThePreemptedJobsLastNodeUploadsAfterThePlacementIsCleared) {
+  start_job("opportunistic");
+  Json urgent_body = job_body("default", "h100x1", {"sleep", "100"});
+  urgent_body["spec"]["priority_class"] = "production";
+  std::string urgent = call(*admin_, "POST", "/v1/jobs", 201, urgent_body)["metadata"]["name"];
+  ASSERT_TRUE(wait_for_phase(*admin_, job_, "Pending"));
+  ASSERT_TRUE(get_job(*admin_, job_)["status"].value("placement", Json::array()).empty());
+
+  // The agent stops the job, then uploads: the job is no longer bound to it, but it ran the
+  // latest attempt.
+  auto stored = put(*agent_, "saved on pre-emption");
+  ASSERT_EQ(stored.status, 201) << stored.body;
+  Json status = get_job(*admin_, job_)["status"];
+  EXPECT_EQ(status["checkpoint"]["digest"], digest_of("saved on pre-emption"));
+  EXPECT_EQ(status["attempt_nodes"], Json::array({"gpu-1"}));
+  // Downloads are for the node it is bound to next; gpu-1 holds it no more.
+  EXPECT_EQ(get(*agent_).status, 404);
+  EXPECT_EQ(get(*admin_).body, "saved on pre-emption");
+
+  // Once it has ended it takes no checkpoint.
+  call(*admin_, "POST", "/v1/jobs/" + job_ + "/cancel", 200);
+  ASSERT_TRUE(wait_for_phase(*admin_, job_, "Cancelled"));
+  EXPECT_EQ(put(*agent_, "too late").status, 409);
+  (void)urgent;
+}
+
+class CheckpointLimitsTest : public CheckpointsTest {
+ protected:
+  void SetUp() override { start_server({"--max-checkpoint-bytes", "1000"}); }
+};
+
+TEST_F(CheckpointLimitsTest, ACheckpointOverTheLimitGets413WithTheLimit) {
+  start_job();
+  auto too_big = put(*agent_, bytes_of(2000, 1));
+  ASSERT_EQ(too_big.status, 413) << too_big.body;
+  EXPECT_THAT(too_big.body, HasSubstr("1000"));
+  EXPECT_FALSE(get_job(*admin_, job_)["status"].contains("checkpoint"));
+  EXPECT_EQ(put(*agent_, bytes_of(1000, 2)).status, 201);
+}
+
+}  // namespace
+}  // namespace cnlab::server::test_support
