@@ -47,10 +47,19 @@ echo "(cnlab run exited with $status: the job's own exit code)"
 say "ls -l cnlab-artifacts/*/"
 ls -l cnlab-artifacts/*/ 2>/dev/null || echo "(no artifacts)"
 
+# A second tenant holds half of a GPU for a while, so the block bars show who holds what.
+say "cnlab run --detach --gpu h100-50 --name notebook -- sleep 600"
+NOTEBOOK=$("$BIN" run --detach --gpu h100-50 --name notebook -- sleep 600 | tail -1)
+for _ in $(seq 1 100); do
+  "$BIN" describe "$NOTEBOOK" -o json 2>/dev/null | grep -q '"phase": *"Running"' && break
+  sleep 0.1
+done
 say "cnlab ps"
 "$BIN" ps || true
 say "cnlab gpus"
 "$BIN" gpus || true
+say "cnlab cancel $NOTEBOOK"
+"$BIN" cancel "$NOTEBOOK" || true
 say "cnlab nodes"
 "$BIN" nodes || true
 exit "$status"

@@ -144,6 +144,25 @@ Result<std::vector<Json>> list_jobs(net::Client& client, const Me& me, const Job
   return jobs;
 }
 
+Result<std::vector<Json>> list_job_summaries(net::Client& client, const JobQuery& query) {
+  std::string target = "/v1/jobs?view=summary";
+  if (!query.project.empty()) target += "&project=" + url_encode(query.project);
+  if (!query.phase.empty()) target += "&phase=" + url_encode(query.phase);
+  if (!query.user.empty()) target += "&fieldSelector=" + url_encode("spec.user=" + query.user);
+  auto page = get_json(client, target);
+  if (!page) {
+    Error error = page.error();
+    if (error.code == ErrorCode::kNotFound && error.field == "project") error.field = "--project";
+    return error;
+  }
+  std::vector<Json> jobs;
+  if (auto items = page->find("items"); items != page->end() && items->is_array()) {
+    jobs.reserve(items->size());
+    for (Json& item : *items) jobs.push_back(std::move(item));
+  }
+  return jobs;
+}
+
 std::string_view field(const Json& json, const char* a, const char* b) {
   if (!json.is_object()) return {};
   auto outer = json.find(a);

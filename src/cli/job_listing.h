@@ -39,6 +39,12 @@ struct JobQuery {
 // kNotFound naming it. Jobs come project by project, each in id order.
 Result<std::vector<Json>> list_jobs(net::Client& client, const Me& me, const JobQuery& query);
 
+// Every job matching, as GET /v1/jobs?view=summary lists them: one request, flat items {"name",
+// "project", "user", "gpu", "phase", "nodes", "submitted_at", ...} in id order, no paging. The
+// server applies the caller's visibility; a project they cannot see is a kNotFound naming
+// --project. What ps and `ps -o name` show; `-o json` keeps the full objects of list_jobs.
+Result<std::vector<Json>> list_job_summaries(net::Client& client, const JobQuery& query);
+
 // job[a][b] as a string without a copy; "" when absent or not a string.
 std::string_view field(const Json& json, const char* a, const char* b);
 // job[a][b] as an RFC 3339 time; Time{} when absent or malformed.

@@ -40,30 +40,52 @@ const char* phase_colour(std::string_view phase) {
   return nullptr;
 }
 
+// A summary item's `key` as a string without a copy; "" when absent or not a string.
+std::string_view text_of(const Json& job, const char* key) {
+  auto it = job.find(key);
+  return it == job.end() || !it->is_string() ? std::string_view() : std::string_view(it->get_ref<const std::string&>());
+}
+
+Time time_of(const Json& job, const char* key) {
+  std::string_view text = text_of(job, key);
+  if (text.empty()) return Time{};
+  auto time = parse_rfc3339(text, key);
+  return time ? *time : Time{};
+}
+
 // "gpu-1", "gpu-1,gpu-2", "gpu-1+3" (a gang over four nodes); "-" before placement.
 std::string nodes_of(const Json& job) {
-  auto status = job.find("status");
-  if (status == job.end()) return "-";
-  auto placement = status->find("placement");
-  if (placement == status->end() || !placement->is_array() || placement->empty()) return "-";
-  std::string first = (*placement)[0].value("node", "");
-  if (placement->size() == 1) return first;
-  if (placement->size() == 2) return first + "," + (*placement)[1].value("node", "");
-  return first + "+" + std::to_string(placement->size() - 1);
+  auto nodes = job.find("nodes");
+  if (nodes == job.end() || !nodes->is_array() || nodes->empty() || !(*nodes)[0].is_string()) return "-";
+  std::string first = (*nodes)[0].get<std::string>();
+  if (nodes->size() == 1) return first;
+  if (nodes->size() == 2 && (*nodes)[1].is_string()) return first + "," + (*nodes)[1].get<std::string>();
+  return first + "+" + std::to_string(nodes->size() - 1);
 }
 
 // "0", "1", "SIGKILL"; "-" while it has not ended.
 std::string exit_of(const Json& job) {
-  auto status = job.find("status");
-  if (status == job.end()) return "-";
-  if (auto sig = status->find("signal"); sig != status->end() && sig->is_number_integer()) {
+  if (auto sig = job.find("signal"); sig != job.end() && sig->is_number_integer()) {
     const char* name = sigabbrev_np(sig->get<int>());
     return name ? std::string("SIG") + name : "signal " + std::to_string(sig->get<int>());
   }
-  if (auto code = status->find("exit_code"); code != status->end() && code->is_number_integer()) {
+  if (auto code = job.find("exit_code"); code != job.end() && code->is_number_integer()) {
     return std::to_string(code->get<int>());
   }
   return "-";
+}
+
+// Oldest first (by `submitted`), so the newest job is the line nearest the prompt.
+template <typename When>
+std::vector<Json*> oldest_first(std::vector<Json>& jobs, When submitted) {
+  std::vector<std::pair<std::string_view, Json*>> order;
+  order.reserve(jobs.size());
+  for (Json& job : jobs) order.push_back({submitted(job), &job});
+  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<Json*> out;
+  out.reserve(order.size());
+  for (const auto& [when, job] : order) out.push_back(job);
+  return out;
 }
 
 void run_ps(const ClientFlags& flags, const PsArgs& args) {
@@ -81,25 +103,27 @@ void run_ps(const ClientFlags& flags, const PsArgs& args) {
   auto me = whoami(**client);
   if (!me) fail(me.error());
   if (!args.all) query.user = me->user;
-  auto jobs = list_jobs(**client, *me, query);
-  if (!jobs) fail(jobs.error());
 
-  // Oldest first, so the newest job is the line nearest the prompt.
-  std::vector<std::pair<std::string_view, Json*>> order;
-  order.reserve(jobs->size());
-  for (Json& job : *jobs) order.push_back({field(job, "status", "submitted_at"), &job});
-  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-
+  // -o json: the full objects, which scripts read.
   if (*format == OutputFormat::kJson) {
+    auto jobs = list_jobs(**client, *me, query);
+    if (!jobs) fail(jobs.error());
     Json items = Json::array();
-    for (const auto& [when, job] : order) items.push_back(std::move(*job));
+    for (Json* job : oldest_first(*jobs, [](const Json& j) { return field(j, "status", "submitted_at"); })) {
+      items.push_back(std::move(*job));
+    }
     print_json_and_exit(Json{{"items", std::move(items)}});
   }
+
+  // The table and -o name need only the summary view: a fifth of the bytes and no paging.
+  auto jobs = list_job_summaries(**client, query);
+  if (!jobs) fail(jobs.error());
+  std::vector<Json*> order = oldest_first(*jobs, [](const Json& j) { return text_of(j, "submitted_at"); });
   if (*format == OutputFormat::kName) {
     std::string out;
     out.reserve(order.size() * 24);
-    for (const auto& [when, job] : order) {
-      out += field(*job, "metadata", "name");
+    for (const Json* job : order) {
+      out += text_of(*job, "name");
       out += '\n';
     }
     std::fwrite(out.data(), 1, out.size(), stdout);
@@ -120,20 +144,20 @@ void run_ps(const ClientFlags& flags, const PsArgs& args) {
   columns.push_back({"EXIT", Table::Align::kRight});
   Table table(std::move(columns));
   const Time now = now_seconds();
-  for (const auto& [when, job_ptr] : order) {
+  for (const Json* job_ptr : order) {
     const Json& job = *job_ptr;
     table.row();
-    table.cell(std::string(field(job, "metadata", "name")));
-    table.cell(std::string(field(job, "spec", "project")));
-    if (show_user) table.cell(std::string(field(job, "spec", "user")));
-    table.cell(std::string(field(job, "spec", "gpu")));
-    std::string_view phase = field(job, "status", "phase");
+    table.cell(std::string(text_of(job, "name")));
+    table.cell(std::string(text_of(job, "project")));
+    if (show_user) table.cell(std::string(text_of(job, "user")));
+    table.cell(std::string(text_of(job, "gpu")));
+    std::string_view phase = text_of(job, "phase");
     table.cell(std::string(phase), phase_colour(phase));
     table.cell(nodes_of(job));
-    Time submitted = time_field(job, "status", "submitted_at");
+    Time submitted = time_of(job, "submitted_at");
     table.cell(submitted == Time{} ? "-" : format_age(now - submitted));
-    Time started = time_field(job, "status", "started_at");
-    Time finished = time_field(job, "status", "finished_at");
+    Time started = time_of(job, "started_at");
+    Time finished = time_of(job, "finished_at");
     table.cell(started == Time{} ? "-" : format_age((finished == Time{} ? now : finished) - started));
     table.cell(exit_of(job));
   }

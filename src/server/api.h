@@ -79,6 +79,8 @@ class Api {
   // jobs_api.cpp
   net::Response submit_job(const Call& call);
   net::Response list_jobs(const Call& call);
+  // GET /v1/jobs?view=summary, from the cache; `project` and `node` already checked by list_jobs.
+  net::Response list_job_summaries(const Call& call, const std::string& project, const std::string& node);
   net::Response get_job(const Call& call);
   net::Response cancel_job(const Call& call);
   net::Response job_events(const Call& call);
