@@ -27,14 +27,14 @@ class DevProcess {
                                      "HOME=" + home_, CNLAB_BINARY, "dev", "--data-dir", data_dir_,
                                      "--listen", "127.0.0.1:0", "--metrics-listen", "", "--stop-grace", "1s"};
     for (const auto& e : extra_) args.push_back(e);
-    std::string line;
-    std::tie(pid_, line) = spawn_cnlab(args, log());
+    // Up to the line that tells the user what to try, the last of the start-up lines.
+    std::tie(pid_, banner_) = spawn_cnlab(args, log(), "try: ");
     const std::string prefix = "listening on ";
-    if (line.rfind(prefix, 0) != 0) {
+    if (banner_.rfind(prefix, 0) != 0) {
       stop(SIGKILL);
-      throw std::runtime_error("cnlab dev did not start: \"" + line + "\"; log: " + slurp(log()));
+      throw std::runtime_error("cnlab dev did not start: \"" + banner_ + "\"; log: " + slurp(log()));
     }
-    url_ = line.substr(prefix.size());
+    url_ = banner_.substr(prefix.size(), banner_.find('\n') - prefix.size());
   }
 
   // SIGINT (Ctrl-C) for a clean stop; returns the exit status (-1 when killed by a signal).
@@ -48,6 +48,7 @@ class DevProcess {
   }
 
   const std::string& url() const { return url_; }
+  const std::string& banner() const { return banner_; }  // what it printed on starting
   std::string log() const { return data_dir_ + ".log"; }
   std::string config_file() const { return home_ + "/.config/cnlab/config"; }
 
@@ -56,6 +57,7 @@ class DevProcess {
   std::vector<std::string> extra_;
   pid_t pid_ = -1;
   std::string url_;
+  std::string banner_;
 };
 
 }  // namespace cnlab::server::test_support

@@ -87,36 +87,10 @@ TEST_F(DevTest, StartsAWholeClusterAndConfiguresTheCliOfTheSameHome) {
 TEST_F(DevTest, WithoutAGpuItSimulatesTwoH100sAndSaysSo) {
   // The build machine has no NVIDIA driver: the default is announced as simulated.
   if (std::filesystem::exists("/dev/nvidiactl")) GTEST_SKIP() << "this machine has an NVIDIA GPU: the default is real GPUs";
-  std::vector<std::string> args = {"/usr/bin/env", "HOME=" + home(), CNLAB_BINARY, "dev", "--data-dir", data(),
-                                   "--listen", "127.0.0.1:0", "--metrics-listen", ""};
-  int out[2];
-  ASSERT_EQ(::pipe(out), 0);
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(out[1], 1);
-    ::close(out[0]);
-    ::close(out[1]);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
-  ::close(out[1]);
-  std::string printed;
-  char c;
-  // Up to the line that tells the user what to try, the last of the start-up lines.
-  while (::read(out[0], &c, 1) == 1) {
-    printed += c;
-    if (printed.find("try: ") != std::string::npos && c == '\n') break;
-  }
-  ::kill(pid, SIGINT);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  ::close(out[0]);
-  EXPECT_NE(printed.find("simulated GPUs h100x2"), std::string::npos) << printed;
-  EXPECT_NE(printed.find("no NVIDIA GPU found"), std::string::npos) << printed;
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  DevProcess dev(home(), data());
+  EXPECT_NE(dev.banner().find("simulated GPUs h100x2"), std::string::npos) << dev.banner();
+  EXPECT_NE(dev.banner().find("no NVIDIA GPU found"), std::string::npos) << dev.banner();
+  EXPECT_EQ(dev.stop(SIGINT), 0);
 }
 
 TEST_F(DevTest, ARestartKeepsFinishedJobsAndTheirLogs) {

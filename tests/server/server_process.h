@@ -77,9 +77,11 @@ inline bool process_with(const std::string& marker) {
   return found;
 }
 
-// Starts `args` (argv[0] is the binary) with stderr appended to `log`; returns its pid and the
-// first line it prints on stdout (how the server and the agent say they are up).
-inline std::pair<pid_t, std::string> spawn_cnlab(std::vector<std::string> args, const std::string& log) {
+// Starts `args` (argv[0] is the binary) with stderr appended to `log`; returns its pid and what it
+// printed on stdout up to and including the first line that starts with `last` (the first line
+// when `last` is empty; how the server and the agent say they are up), without the final newline.
+inline std::pair<pid_t, std::string> spawn_cnlab(std::vector<std::string> args, const std::string& log,
+                                                 const std::string& last = "") {
   int out[2];
   if (::pipe(out) != 0) std::abort();
   pid_t pid = ::fork();
@@ -96,11 +98,20 @@ inline std::pair<pid_t, std::string> spawn_cnlab(std::vector<std::string> args, 
     ::_exit(127);
   }
   ::close(out[1]);
-  std::string line;
+  std::string printed;
+  size_t line_start = 0;
   char c;
-  while (::read(out[0], &c, 1) == 1 && c != '\n') line += c;
+  while (::read(out[0], &c, 1) == 1) {
+    if (c != '\n') {
+      printed += c;
+      continue;
+    }
+    if (printed.compare(line_start, last.size(), last) == 0) break;
+    printed += c;
+    line_start = printed.size();
+  }
   ::close(out[0]);
-  return {pid, line};
+  return {pid, printed};
 }
 
 class ServerProcess {
