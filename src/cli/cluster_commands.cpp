@@ -1,6 +1,7 @@
 // `cnlab nodes` and `cnlab gpus`: the cluster's machines and who holds each GPU's blocks. Holdings
 // come from the Scheduled and Running jobs the caller can see (a cluster admin sees all; anyone
-// else sees their projects' jobs, and the tables say so).
+// else sees their projects' jobs); what other projects hold comes from the node listing's
+// `allocated_blocks` and shows as '#', so a GPU is never shown freer than it is.
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -14,6 +15,9 @@
 
 namespace cnlab::cli {
 namespace {
+
+// The holder standing for every job of a project the caller has no role in.
+const std::string kOtherProjects = "(other projects)";
 
 struct ClusterArgs {
   std::string node;
@@ -52,14 +56,33 @@ Cluster read_cluster(const ClientFlags& flags, const std::string& only_node) {
     for (Json& job : *jobs) cluster.jobs.push_back(std::move(job));
   }
   // Legend letters in the order people read the bars: by node, GPU, then job id.
+  std::map<std::pair<std::string, int>, int> visible;  // blocks the caller's jobs hold per GPU
   for (const Json& job : cluster.jobs) {
-    for (Holding& h : holdings_of(job)) holdings.push_back(std::move(h));
+    for (Holding& h : holdings_of(job)) {
+      visible[{h.node, h.gpu}] += h.blocks;
+      holdings.push_back(std::move(h));
+    }
   }
   std::sort(holdings.begin(), holdings.end(), [](const Holding& a, const Holding& b) {
     return std::tie(a.node, a.gpu, a.mig_start, a.job) < std::tie(b.node, b.gpu, b.mig_start, b.job);
   });
+  // The rest of what the server says is allocated belongs to jobs the caller cannot see; it goes
+  // last on each GPU, after the caller's own.
+  for (const Json& node : cluster.nodes) {
+    std::string name(field(node, "metadata", "name"));
+    for (const Json& gpu : node["status"].value("gpus", Json::array())) {
+      int index = gpu.value("index", 0);
+      int hidden = gpu.value("allocated_blocks", 0) - visible[{name, index}];
+      if (hidden > 0) holdings.push_back({kOtherProjects, name, index, hidden, -1});
+    }
+  }
   cluster.blocks = build_block_map(holdings);
   return cluster;
+}
+
+// The bar's letter of job `index` in `blocks`: '#' for other projects' jobs.
+char letter_of(const BlockMap& blocks, int index) {
+  return index >= 0 && blocks.jobs[index] == kOtherProjects ? '#' : job_letter(index);
 }
 
 const char* node_phase_colour(std::string_view phase) {
@@ -70,7 +93,7 @@ const char* node_phase_colour(std::string_view phase) {
 
 void print_partial_note(const Cluster& cluster) {
   if (cluster.partial) {
-    std::fprintf(stderr, "note: blocks held by jobs of projects you have no role in show as free\n");
+    std::fprintf(stderr, "note: blocks held by jobs of projects you have no role in show as '#'\n");
   }
 }
 
@@ -149,12 +172,13 @@ const char* job_colour(int index) {
 }
 
 // The bar, each letter in its job's colour when `colour`.
-std::string painted_bar(const std::vector<int>& cells, bool colour) {
-  if (!colour) return bar_text(cells);
+std::string painted_bar(const BlockMap& blocks, const std::vector<int>& cells, bool colour) {
   std::string out = "[";
   for (int job : cells) {
-    char letter = job_letter(job);
-    out += job < 0 ? colourise(std::string(1, letter), kDim) : colourise(std::string(1, letter), job_colour(job));
+    std::string letter(1, letter_of(blocks, job));
+    if (!colour) out += letter;
+    else if (job < 0 || letter == "#") out += colourise(letter, kDim);
+    else out += colourise(letter, job_colour(job));
   }
   return out + "]";
 }
@@ -193,6 +217,10 @@ void run_gpus(const ClientFlags& flags, const ClusterArgs& args) {
           }
         }
         const GpuBlocks* held = cluster.blocks.find(name, index);
+        int others = 0;
+        if (held) {
+          for (int16_t owner : held->owners) others += owner >= 0 && cluster.blocks.jobs[owner] == kOtherProjects;
+        }
         items.push_back({{"node", name},
                          {"index", index},
                          {"model", gpu.value("model", "")},
@@ -201,7 +229,8 @@ void run_gpus(const ClientFlags& flags, const ClusterArgs& args) {
                          {"mig_enabled", gpu.value("mig_enabled", false)},
                          {"mig_instances", gpu.value("mig_instances", Json::array())},
                          {"free_blocks", model::kBlocksPerGpu - (held ? held->held : 0)},
-                         {"holders", std::move(holders)}});
+                         {"holders", std::move(holders)},
+                         {"other_projects_blocks", others}});
       }
     }
     print_json_and_exit(Json{{"items", std::move(items)}, {"partial", cluster.partial}});
@@ -217,7 +246,7 @@ void run_gpus(const ClientFlags& flags, const ClusterArgs& args) {
       const GpuBlocks* held = cluster.blocks.find(name, index);
       std::string bar = free_bar();
       if (held) {
-        bar = painted_bar(bar_cells(*held), colour);
+        bar = painted_bar(cluster.blocks, bar_cells(*held), colour);
       }
       int used = held ? held->held : 0;
       std::string notes;
@@ -241,8 +270,18 @@ void run_gpus(const ClientFlags& flags, const ClusterArgs& args) {
 
   // The legend: the letter of every job in the bars, what it is and what it holds.
   Table legend({{""}, {"JOB"}, {"PROJECT"}, {"USER"}, {"PHASE"}, {"HOLDS", Table::Align::kLeft, true}});
+  int hidden_blocks = 0;
+  std::string hidden_holds;
+  for (const GpuBlocks& gpu : cluster.blocks.gpus) {
+    int here = 0;
+    for (int16_t owner : gpu.owners) here += owner >= 0 && cluster.blocks.jobs[owner] == kOtherProjects;
+    if (here == 0) continue;
+    hidden_blocks += here;
+    hidden_holds += (hidden_holds.empty() ? "" : ", ") + gpu.node + ":" + std::to_string(gpu.gpu) + "=" + std::to_string(here);
+  }
   for (size_t i = 0; i < cluster.blocks.jobs.size(); ++i) {
     const std::string& id = cluster.blocks.jobs[i];
+    if (id == kOtherProjects) continue;
     auto it = job_by_id.find(id);
     if (it == job_by_id.end()) continue;
     const Json& job = *it->second;
@@ -259,6 +298,15 @@ void run_gpus(const ClientFlags& flags, const ClusterArgs& args) {
     legend.cell(std::string(field(job, "spec", "user")));
     legend.cell(std::string(field(job, "status", "phase")));
     legend.cell(holds);
+  }
+  if (hidden_blocks > 0) {
+    legend.row();
+    legend.cell("#", kDim);
+    legend.cell("(other projects)");
+    legend.cell("-");
+    legend.cell("-");
+    legend.cell("-");
+    legend.cell(hidden_holds);
   }
   if (legend.rows() > 0) {
     std::printf("\n");

@@ -19,6 +19,35 @@ Result<Json> parse_object(const std::string& text) {
 
 Json node_json(const model::Node& node) { return to_json(node); }
 
+// A node as the API answers it: the stored object, with what the jobs bound there hold on each GPU
+// (`allocated_blocks`, `allocated_vram_mib`, `allocated_jobs`) from the node's allocation record, so
+// that anyone who may list nodes sees how full each GPU is without seeing whose jobs fill it.
+Json node_with_allocations(const model::Node& node, const Allocation* allocation) {
+  Json json = to_json(node);
+  if (!json.contains("status") || !json["status"].contains("gpus")) return json;
+  for (Json& gpu : json["status"]["gpus"]) {
+    const int index = gpu.value("index", -1);
+    int blocks = 0, jobs = 0;
+    int64_t vram = 0;
+    if (allocation) {
+      for (const auto& [job, held] : allocation->jobs) {
+        bool holds = false;
+        for (const model::GpuBinding& g : held) {
+          if (g.index != index) continue;
+          blocks += g.blocks;
+          vram += g.vram_mib;
+          holds = true;
+        }
+        jobs += holds;
+      }
+    }
+    gpu["allocated_blocks"] = blocks;
+    gpu["allocated_vram_mib"] = vram;
+    gpu["allocated_jobs"] = jobs;
+  }
+  return json;
+}
+
 bool same_secret(const std::string& a, const std::string& b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
@@ -161,16 +190,22 @@ net::Response Api::list_nodes(const Call& call) {
   Json items = Json::array();
   int64_t revision = ctx_.store.revision();
   ctx_.cache.read([&](const ObjectCache& c) {
-    c.nodes.for_each([&](const std::string&, const model::Node& node, int64_t) { items.push_back(node_json(node)); });
+    c.nodes.for_each([&](const std::string& name, const model::Node& node, int64_t) {
+      items.push_back(node_with_allocations(node, c.allocations.get(name).object.get()));
+    });
     return 0;
   });
   return json_response(200, {{"items", std::move(items)}, {"revision", revision}});
 }
 
 net::Response Api::get_node(const Call& call) {
-  auto node = ctx_.cache.read([&](const ObjectCache& c) { return c.nodes.get(call.param("name")); });
-  if (!node.object) return error_response(Error::not_found("node", call.param("name"), "no such node"));
-  return json_response(200, node_json(*node.object));
+  auto answer = ctx_.cache.read([&](const ObjectCache& c) -> std::optional<Json> {
+    auto node = c.nodes.get(call.param("name"));
+    if (!node.object) return std::nullopt;
+    return node_with_allocations(*node.object, c.allocations.get(call.param("name")).object.get());
+  });
+  if (!answer) return error_response(Error::not_found("node", call.param("name"), "no such node"));
+  return json_response(200, std::move(*answer));
 }
 
 net::Response Api::cordon_node(const Call& call) { return set_node_schedulable(call, true, false); }

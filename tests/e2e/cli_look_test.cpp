@@ -307,6 +307,21 @@ TEST_F(CliLookTest, NodesAndGpusShowTheSimulatedNodeAndWhoHoldsWhichBlocks) {
 
   Ran one_node = cnlab(home("alice"), {"gpus", "--node", "gpu-9"});
   EXPECT_EQ(one_node.code, 3);
+
+  // bob has no role in vision: alice's blocks are taken, not free, and her jobs stay unnamed.
+  Ran bob_nodes = cnlab(home("bob"), {"nodes"});
+  ASSERT_EQ(bob_nodes.code, 0) << bob_nodes.err;
+  EXPECT_THAT(bob_nodes.out, HasSubstr("h100x2 125/200"));
+  Ran bob_gpus = cnlab(home("bob"), {"gpus"});
+  ASSERT_EQ(bob_gpus.code, 0) << bob_gpus.err;
+  EXPECT_THAT(bob_gpus.out, AllOf(HasSubstr("#####"), HasSubstr("(other projects)"), Not(HasSubstr(train)),
+                                  Not(HasSubstr(eval)), Not(HasSubstr("alice"))));
+  EXPECT_THAT(bob_gpus.err, HasSubstr("show as '#'"));
+  Json bob_items = Json::parse(cnlab(home("bob"), {"gpus", "-o", "json"}).out)["items"];
+  ASSERT_EQ(bob_items.size(), 2u);
+  EXPECT_EQ(bob_items[0]["free_blocks"].get<int>() + bob_items[1]["free_blocks"].get<int>(), 125);
+  EXPECT_EQ(bob_items[0]["other_projects_blocks"].get<int>() + bob_items[1]["other_projects_blocks"].get<int>(), 75);
+  EXPECT_TRUE(bob_items[0]["holders"].empty() && bob_items[1]["holders"].empty());
 }
 
 TEST_F(CliLookTest, AnOverQuotaSubmitIsRefusedWithTheNumbersAndQuotaShowsUsedAgainstLimit) {

@@ -23,8 +23,9 @@ using namespace std::chrono_literals;
 // A `cnlab` child with its own HOME and working directory; stdout and stderr go to files.
 class CliProcess {
  public:
+  // Runs `cnlab ARGS`, or ARGS as given (ARGS[0] found on PATH) when `raw`.
   CliProcess(const std::vector<std::string>& args, const std::string& cwd, const std::string& home,
-             const std::string& outputs)
+             const std::string& outputs, bool raw = false)
       : out_path_(outputs + ".out"), err_path_(outputs + ".err") {
     pid_ = ::fork();
     if (pid_ == 0) {
@@ -40,12 +41,13 @@ class CliProcess {
       ::unsetenv("CNLAB_SERVER");
       ::unsetenv("CNLAB_TOKEN");
       ::unsetenv("CNLAB_CA");
-      std::vector<std::string> argv_strings = {CNLAB_BINARY};
+      std::vector<std::string> argv_strings;
+      if (!raw) argv_strings.push_back(CNLAB_BINARY);
       argv_strings.insert(argv_strings.end(), args.begin(), args.end());
       std::vector<char*> argv;
       for (auto& a : argv_strings) argv.push_back(a.data());
       argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
+      ::execvp(argv[0], argv.data());
       ::_exit(127);
     }
   }
@@ -97,6 +99,12 @@ struct Ran {
   std::string out, err;
 };
 
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++n;
+  return n;
+}
+
 class CliRunTest : public ClusterTest {
  protected:
   void SetUp() override {
@@ -123,8 +131,14 @@ class CliRunTest : public ClusterTest {
     std::ofstream(work_.path() + "/" + path) << text;
   }
 
-  std::unique_ptr<CliProcess> start(const std::vector<std::string>& args) {
-    return std::make_unique<CliProcess>(args, work_.path(), home_.path(), outputs_.path() + "/" + std::to_string(++runs_));
+  std::unique_ptr<CliProcess> start(const std::vector<std::string>& args, bool raw = false) {
+    return std::make_unique<CliProcess>(args, work_.path(), home_.path(), outputs_.path() + "/" + std::to_string(++runs_), raw);
+  }
+  // `cnlab ARGS` under a pseudo-terminal (util-linux `script`), stdout and stderr both on it.
+  std::unique_ptr<CliProcess> start_on_terminal(const std::vector<std::string>& args) {
+    std::string command = CNLAB_BINARY;
+    for (const auto& a : args) command += " '" + a + "'";
+    return start({"env", "TERM=xterm", "script", "-qefc", command, "/dev/null"}, /*raw=*/true);
   }
   Ran cnlab(const std::vector<std::string>& args, std::chrono::milliseconds timeout = 60s) {
     auto process = start(args);
@@ -260,6 +274,55 @@ TEST_F(CliRunTest, CtrlCCancelsTheJobAndExits130) {
   std::string id = submitted_id(process->err());
   EXPECT_THAT(process->err(), HasSubstr("cancelling job " + id));
   EXPECT_EQ(get_job(*admin_, id)["status"]["phase"], "Cancelled");
+}
+
+TEST_F(CliRunTest, ASecondCtrlCLeavesAtOnceWhileTheJobIsStillStopping) {
+  // The job ignores SIGTERM, so it stops only after the agent's grace (1 s here).
+  auto process = start({"run", "--gpu", "h100-25", "--", "sh", "-c", "trap '' TERM; while true; do echo tick; sleep 0.2; done"});
+  ASSERT_TRUE(eventually([&] { return process->out().find("tick") != std::string::npos; }, 30s)) << process->err();
+  process->signal(SIGINT);
+  ASSERT_TRUE(eventually([&] { return process->err().find("cancelling job") != std::string::npos; }, 10s)) << process->err();
+  process->signal(SIGINT);
+  EXPECT_EQ(process->wait(5s), 130) << process->err();
+  std::string id = submitted_id(process->err());
+  EXPECT_THAT(process->err(), HasSubstr("interrupted again; leaving now"));
+  Json left_at = get_job(*admin_, id);
+  EXPECT_EQ(left_at["status"]["phase"], "Running") << "cnlab waited for the job's end: " << left_at.dump();
+  EXPECT_TRUE(eventually([&] { return get_job(*admin_, id)["status"]["phase"] == "Cancelled"; }, 30s));
+}
+
+TEST_F(CliRunTest, OnATerminalAQueuedJobHasALiveStatusLineThatGivesWayToItsOutput) {
+  Ran first = cnlab({"run", "--detach", "--gpu", "h100x2", "--", "sleep", "60"});
+  ASSERT_EQ(first.code, 0) << first.err;
+  std::string first_id = submitted_id(first.err);
+  ASSERT_TRUE(eventually([&] { return get_job(*admin_, first_id)["status"]["phase"] == "Running"; }, 30s));
+
+  auto second = start_on_terminal({"run", "--gpu", "h100x2", "--", "sh", "-c", "echo my turn"});
+  // The status line is redrawn in place: carriage return, erase line, a spinner, the state.
+  std::regex redrawn(R"(\r\x1b\[K[|/\\-] queued \(position 1[^\r\n]*whole h100)");
+  ASSERT_TRUE(eventually([&] {
+    std::string out = second->out();
+    return std::regex_search(out, redrawn) && count_of(out, "\r\x1b[K") >= 2;  // drawn, then redrawn
+  }, 30s)) << second->out();
+  EXPECT_EQ(cnlab({"cancel", first_id}).code, 0);
+  EXPECT_EQ(second->wait(60s), 0) << second->out();
+  std::string out = second->out();
+  // The waiting line was erased before the job's first line, which stands on a line of its own.
+  size_t line = out.find("my turn");
+  ASSERT_NE(line, std::string::npos) << out;
+  size_t last_waiting = out.rfind("queued", line);
+  ASSERT_NE(last_waiting, std::string::npos) << out;
+  EXPECT_NE(out.find("\r\x1b[K", last_waiting), std::string::npos) << out;
+  EXPECT_LT(out.find("\r\x1b[K", last_waiting), line) << out;
+  EXPECT_THAT(out.substr(line), Not(HasSubstr("queued")));
+}
+
+TEST_F(CliRunTest, PipedOutputHasNoStatusLineAndNoEscapes) {
+  Ran ran = cnlab({"run", "--gpu", "h100-25", "--", "sh", "-c", "echo plain"});
+  EXPECT_EQ(ran.code, 0) << ran.err;
+  EXPECT_EQ(ran.out, "plain\n");
+  EXPECT_THAT(ran.err, Not(HasSubstr("\x1b")));
+  EXPECT_THAT(ran.err, Not(HasSubstr("\r")));
 }
 
 TEST_F(CliRunTest, AnUnknownGpuModelIsExplainedWithTheClustersModels) {
