@@ -1,0 +1,204 @@
+#include "vgpu/share_control.h"
+
+#include <dirent.h>
+#include <pthread.h>
+#include <time.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "vgpu/library.h"
+#include "vgpu/proc_address.h"
+#include "vgpu/share_controller.h"
+
+namespace cnlab::vgpu {
+namespace {
+
+constexpr uint64_t kPeriodNs = 100'000'000;
+constexpr int kMaxSamples = 1024;
+
+struct Nvml {
+  nvml::nvmlInit_v2_t* init = nullptr;
+  nvml::nvmlDeviceGetHandleByUUID_t* by_uuid = nullptr;
+  nvml::nvmlDeviceGetProcessUtilization_t* utilization = nullptr;
+};
+
+// Another tenant's region, kept mapped between periods (re-listed every second).
+struct Known {
+  char name[kIdSize] = {};
+  Mapped<TenantRegion> region;
+  uint64_t last_launches[kMaxGpus] = {};
+  bool seen = false;
+};
+
+struct Controller {
+  pthread_t thread{};
+  std::atomic<bool> running{false};
+  std::atomic<bool> stop{false};
+  Nvml nvml;
+  Known known[kMaxTenants];
+  uint64_t my_last_launches[kMaxGpus] = {};
+  unsigned long long last_seen_us[kMaxGpus] = {};
+  nvml::nvmlProcessUtilizationSample_t samples[kMaxSamples];
+};
+Controller g_controller;
+
+uint64_t launches_of(const TenantRegion* t, int gpu) {
+  uint64_t sum = 0;
+  for (int p = 0; p < kMaxProcs; ++p) sum += t->launches[gpu][p].load(std::memory_order_relaxed);
+  return sum;
+}
+
+// Whether `pid` is one of `t`'s live processes (standalone runs in the host's PID namespace).
+bool owns_pid(const TenantRegion* t, unsigned pid) {
+  uint64_t active = t->active_procs.load();
+  while (active) {
+    int slot = __builtin_ctzll(active);
+    active &= active - 1;
+    if (static_cast<unsigned>(t->procs[slot].pid.load()) == pid) return true;
+  }
+  return false;
+}
+
+void refresh_known(Controller& c) {
+  Library& l = lib();
+  for (Known& k : c.known) k.seen = false;
+  char dir[600];
+  std::snprintf(dir, sizeof dir, "%s/tenants", l.config.dir);
+  DIR* d = ::opendir(dir);
+  if (!d) return;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.' || std::strcmp(e->d_name, l.config.tenant) == 0) continue;
+    Known* slot = nullptr;
+    for (Known& k : c.known) {
+      if (k.region && std::strncmp(k.name, e->d_name, kIdSize) == 0) slot = &k;
+    }
+    if (!slot) {
+      for (Known& k : c.known) {
+        if (!k.region) {
+          slot = &k;
+          break;
+        }
+      }
+      if (!slot) break;
+      char path[900];
+      std::snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+      if (open_tenant_readonly(path, &slot->region) != RegionError::kOk) continue;
+      std::snprintf(slot->name, sizeof slot->name, "%s", e->d_name);
+      for (int g = 0; g < kMaxGpus; ++g) slot->last_launches[g] = 0;
+    }
+    slot->seen = true;
+  }
+  ::closedir(d);
+  for (Known& k : c.known) {
+    if (k.region && !k.seen) unmap(&k.region);  // its file is gone: the tenant ended
+  }
+}
+
+void control_gpu(Controller& c, int gpu) {
+  Library& l = lib();
+  TenantRegion* me = l.tenant;
+  const char* uuid = me->gpus[gpu].uuid;
+  nvml::nvmlDevice_t device = nullptr;
+  if (c.nvml.by_uuid(uuid, &device) != nvml::NVML_SUCCESS) return;
+  unsigned int count = kMaxSamples;
+  if (c.nvml.utilization(device, c.samples, &count, c.last_seen_us[gpu]) != nvml::NVML_SUCCESS) count = 0;
+  for (unsigned i = 0; i < count; ++i) {
+    if (c.samples[i].timeStamp > c.last_seen_us[gpu]) c.last_seen_us[gpu] = c.samples[i].timeStamp;
+  }
+
+  ShareInput inputs[kMaxTenants + 1];
+  int gpu_of[kMaxTenants + 1];
+  const TenantRegion* regions[kMaxTenants + 1];
+  uint64_t* last[kMaxTenants + 1];
+  size_t n = 0;
+  regions[n] = me;
+  gpu_of[n] = gpu;
+  last[n] = &c.my_last_launches[gpu];
+  ++n;
+  for (Known& k : c.known) {
+    if (!k.region) continue;
+    int g = find_gpu(k.region.region->gpus, k.region.region->gpu_count.load(), uuid);
+    if (g < 0) continue;
+    regions[n] = k.region.region;
+    gpu_of[n] = g;
+    last[n] = &k.last_launches[g];
+    ++n;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const TenantRegion* t = regions[i];
+    const TenantLimits& limits = t->standalone_limits;
+    int g = gpu_of[i];
+    uint64_t launches = launches_of(t, g);
+    ShareInput& in = inputs[i];
+    in.share = limits.compute_share[g].load() / 100.0;
+    in.hard = (limits.flags.load() & kHardShare) != 0;
+    in.launches = launches >= *last[i] ? launches - *last[i] : 0;
+    *last[i] = launches;
+    in.interval_ns = limits.launch_interval_ns[g].load();
+    double busy = 0;
+    for (unsigned s = 0; s < count; ++s) {
+      if (owns_pid(t, c.samples[s].pid)) busy += c.samples[s].smUtil / 100.0;
+    }
+    in.busy = busy > 1 ? 1 : busy;
+  }
+  uint64_t intervals[kMaxTenants + 1];
+  next_intervals(inputs, n, kPeriodNs, intervals);
+  me->standalone_limits.launch_interval_ns[gpu].store(intervals[0], std::memory_order_relaxed);
+}
+
+void* run(void*) {
+  Controller& c = g_controller;
+  Library& l = lib();
+  bool holder = false;
+  for (uint64_t tick = 0; !c.stop.load(); ++tick) {
+    timespec ts{0, static_cast<long>(kPeriodNs)};
+    ::nanosleep(&ts, nullptr);
+    if (!holder) holder = try_lock_controller(l.tenant_file.fd);
+    if (!holder) continue;
+    if (tick % 10 == 0) refresh_known(c);
+    uint32_t gpus = l.tenant->gpu_count.load();
+    for (uint32_t g = 0; g < gpus && g < static_cast<uint32_t>(kMaxGpus); ++g) {
+      if (l.tenant->gpus[g].state.load() == 2) control_gpu(c, static_cast<int>(g));
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+void start_share_control() {
+  Library& l = lib();
+  if (l.config.agent || (l.limits->compute_share[0].load() >= 100 && !(l.limits->flags.load() & kHardShare))) return;
+  Controller& c = g_controller;
+  if (c.running.load() || !load_real_nvml()) {
+    if (!c.running.load()) {
+      log_line(LogLevel::kError, "compute share %u%% asked for, but NVML (%s) is not available: launches are not paced",
+               l.limits->compute_share[0].load(), l.config.nvml_library);
+    }
+    return;
+  }
+  c.nvml.init = reinterpret_cast<nvml::nvmlInit_v2_t*>(real_dlsym(l.nvml_handle, "nvmlInit_v2"));
+  c.nvml.by_uuid = reinterpret_cast<nvml::nvmlDeviceGetHandleByUUID_t*>(real_dlsym(l.nvml_handle, "nvmlDeviceGetHandleByUUID"));
+  c.nvml.utilization =
+      reinterpret_cast<nvml::nvmlDeviceGetProcessUtilization_t*>(real_dlsym(l.nvml_handle, "nvmlDeviceGetProcessUtilization"));
+  if (!c.nvml.init || !c.nvml.by_uuid || !c.nvml.utilization || c.nvml.init() != nvml::NVML_SUCCESS) {
+    log_line(LogLevel::kError, "compute share: NVML lacks process utilization: launches are not paced");
+    return;
+  }
+  c.stop.store(false);
+  if (pthread_create(&c.thread, nullptr, run, nullptr) == 0) {
+    c.running.store(true);
+    log_line(LogLevel::kInfo, "compute share %u%%%s: controller started", l.limits->compute_share[0].load(),
+             (l.limits->flags.load() & kHardShare) ? " (hard)" : "");
+  }
+}
+
+void stop_share_control() {
+  Controller& c = g_controller;
+  if (!c.running.exchange(false)) return;
+  c.stop.store(true);
+  pthread_join(c.thread, nullptr);
+}
+
+}  // namespace cnlab::vgpu
