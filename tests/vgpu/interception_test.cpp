@@ -1,0 +1,296 @@
+// libcnlab-vgpu.so preloaded into real processes (the probe, probe.cpp) that reach the driver test
+// double (tests/fakes, a fake libcuda.so.1 with a 4 GiB GPU) both ways real programs do: linked
+// against libcuda.so.1, and through dlopen + cuGetProcAddress like the CUDA runtime. Standalone
+// mode (limits from the environment) and agent mode (limits in a region the test writes the way
+// the agent does) are both covered.
+#include <gmock/gmock.h>
+
+#include <thread>
+
+#include "probe_process.h"
+#include "vgpu/region.h"
+
+namespace cnlab::vgpu::test {
+namespace {
+
+using ::testing::HasSubstr;
+using namespace std::chrono_literals;
+
+constexpr long long kMiB = 1 << 20;
+constexpr const char* kUuid = "GPU-3f1c0a2b-9d4e-4c1a-8e7f-0123456789ab";
+
+class InterceptionTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    std::ofstream(tmp_.path() + "/gpus.conf") << "device name=\"NVIDIA H100 80GB HBM3\" uuid=" << kUuid
+                                              << " memory_mib=4096\n";
+    std::filesystem::create_directories(vgpu_dir());
+  }
+
+  std::string vgpu_dir() const { return tmp_.path() + "/vgpu"; }
+  std::string log_path() const { return tmp_.path() + "/vgpu.log"; }
+  std::string log() const { return slurp(log_path()); }
+
+  Env env(const Env& extra = {}) const {
+    Env e = {{"LD_PRELOAD", VGPU_LIBRARY},
+             {"LD_LIBRARY_PATH", std::string(FAKE_CUDA_DIR) + ":" + FAKE_NVML_DIR},
+             {"FAKE_CUDA_CONFIG", tmp_.path() + "/gpus.conf"},
+             {"FAKE_CUDA_STATE_DIR", tmp_.path() + "/state"},
+             {"CNLAB_VGPU_DIR", vgpu_dir()},
+             {"CNLAB_VGPU_LOG", "info"},
+             {"CNLAB_VGPU_LOG_FILE", log_path()}};
+    for (const auto& [k, v] : extra) e[k] = v;
+    return e;
+  }
+  // Standalone: a tenant with a memory limit.
+  Env tenant(const std::string& id, const std::string& limit) const {
+    return env({{"CNLAB_VGPU_TENANT", id}, {"CNLAB_VGPU_MEMORY_LIMIT", limit}});
+  }
+
+  std::string binary() const { return GetParam(); }
+  std::unique_ptr<Probe> start(const std::vector<std::string>& args, const Env& e) {
+    return std::make_unique<Probe>(binary(), args, e);
+  }
+  // Runs a scenario to its end and returns its output.
+  std::string run(const std::vector<std::string>& args, const Env& e) {
+    Probe p(binary(), args, e);
+    int code = p.finish();
+    EXPECT_EQ(code, 0) << p.output() << log();
+    return p.output();
+  }
+  static std::string line_of(const std::string& output, const std::string& key) {
+    std::istringstream in(output);
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind(key, 0) == 0) return line;
+    }
+    return "";
+  }
+
+  TempDir tmp_;
+};
+
+TEST_P(InterceptionTest, TheQuotaIsTheMemoryCudaReports) {
+  std::string out = run({"info"}, tenant("t1", "1Gi"));
+  std::string info = line_of(out, "start_info");
+  EXPECT_EQ(field(info, "start_info"), 0) << out;
+  EXPECT_EQ(field(info, "total"), 1024 * kMiB);
+  EXPECT_EQ(field(info, "free"), 1024 * kMiB);
+  EXPECT_EQ(field(info, "device_total"), 1024 * kMiB);
+}
+
+TEST_P(InterceptionTest, WithoutALimitTheDevicesOwnFiguresPassThrough) {
+  std::string out = run({"info"}, env({{"CNLAB_VGPU_TENANT", "free-for-all"}}));
+  EXPECT_EQ(field(line_of(out, "start_info"), "total"), 4096 * kMiB) << out;
+}
+
+TEST_P(InterceptionTest, AnAllocationBeyondTheQuotaFailsAndNothingLeaks) {
+  std::string out = run({"alloc", "600", "500", "400"}, tenant("t1", "1Gi"));
+  std::istringstream in(out);
+  std::vector<long long> results;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("alloc ", 0) == 0) results.push_back(field(line, "alloc"));
+  }
+  EXPECT_THAT(results, ::testing::ElementsAre(0, 2, 0)) << out;  // 2: CUDA_ERROR_OUT_OF_MEMORY
+  EXPECT_EQ(field(line_of(out, "held_info"), "free"), 24 * kMiB);
+  EXPECT_EQ(field(line_of(out, "freed_info"), "free"), 1024 * kMiB);
+  EXPECT_THAT(log(), HasSubstr("refused cuMemAlloc of 524288000 bytes"));
+  EXPECT_THAT(log(), HasSubstr("tenant \"t1\" holds 629145600 of its 1073741824-byte limit"));
+}
+
+TEST_P(InterceptionTest, EveryAllocationPathIsCountedAndFreedAgain) {
+  std::string out = run({"paths", "1024"}, tenant("t1", "1Gi"));
+  for (const char* path : {"cuMemAlloc", "cuMemAllocPitch", "cuMemAllocManaged", "cuArrayCreate", "cuArray3DCreate",
+                           "cuMipmappedArrayCreate", "cuMemAllocAsync", "cuMemAllocFromPoolAsync", "cuMemCreate"}) {
+    std::string line = line_of(out, std::string("path ") + path + " ");
+    EXPECT_EQ(field(line, "within"), 0) << path << "\n" << out << log();
+    EXPECT_EQ(field(line, "beyond"), 2) << path << "\n" << out << log();
+  }
+  EXPECT_EQ(field(line_of(out, "after_info"), "free"), 1024 * kMiB) << out;
+}
+
+TEST_P(InterceptionTest, VmmMemoryReleasedWhileMappedStaysChargedUntilUnmapped) {
+  std::string out = run({"vmm-map-release", "64"}, tenant("t1", "1Gi"));
+  EXPECT_EQ(field(line_of(out, "create"), "create"), 0) << out;
+  EXPECT_EQ(field(line_of(out, "mapped_info"), "free"), (1024 - 64) * kMiB) << out;
+  EXPECT_EQ(field(line_of(out, "unmapped_info"), "free"), 1024 * kMiB) << out;
+}
+
+TEST_P(InterceptionTest, TwoProcessesOfOneTenantShareOneQuota) {
+  auto holder = start({"hold", "600"}, tenant("team", "1Gi"));
+  ASSERT_TRUE(holder->wait_for("held_info")) << holder->output() << log();
+  std::string out = run({"alloc", "600", "400"}, tenant("team", "1Gi"));
+  EXPECT_EQ(field(line_of(out, "alloc"), "alloc"), 2) << out;
+  EXPECT_EQ(field(line_of(out, "held_info"), "free"), 24 * kMiB) << out;  // 1024 - 600 - 400
+  EXPECT_EQ(holder->finish(), 0);
+  // The holder is gone: the whole quota is free again.
+  EXPECT_EQ(field(line_of(run({"info"}, tenant("team", "1Gi")), "start_info"), "free"), 1024 * kMiB);
+}
+
+TEST_P(InterceptionTest, TwoTenantsOnOneGpuEachHaveTheirOwnQuota) {
+  auto a = start({"hold", "900"}, tenant("alpha", "1Gi"));
+  ASSERT_TRUE(a->wait_for("held_info"));
+  std::string out = run({"alloc", "900"}, tenant("beta", "1Gi"));
+  EXPECT_EQ(field(line_of(out, "alloc"), "alloc"), 0) << out << log();
+  EXPECT_EQ(a->finish(), 0);
+}
+
+TEST_P(InterceptionTest, IpcHandlesOpenWithinATenantAndAreRefusedAcrossTenants) {
+  auto exporter = start({"ipc-export"}, tenant("alpha", "1Gi"));
+  auto mem = exporter->wait_for("mem_handle");
+  auto event = exporter->wait_for("event_handle");
+  ASSERT_TRUE(mem && event) << exporter->output() << log();
+  std::string mem_hex = mem->substr(11), event_hex = event->substr(13);
+
+  std::string same = run({"ipc-open", mem_hex, event_hex}, tenant("alpha", "1Gi"));
+  EXPECT_EQ(field(line_of(same, "open_mem"), "open_mem"), 0) << same << log();
+  EXPECT_THAT(same, HasSubstr("read shared by the exporter"));
+  EXPECT_EQ(field(line_of(same, "open_event"), "open_event"), 0) << same;
+
+  std::string other = run({"ipc-open", mem_hex, event_hex}, tenant("beta", "1Gi"));
+  EXPECT_EQ(field(line_of(other, "open_mem"), "open_mem"), 800) << other;  // CUDA_ERROR_NOT_PERMITTED
+  EXPECT_EQ(field(line_of(other, "open_event"), "open_event"), 800) << other;
+  EXPECT_THAT(other, Not(HasSubstr("read ")));
+  EXPECT_THAT(log(), HasSubstr("refused cuIpcOpenMemHandle: the handle was exported by tenant \"alpha\", not by tenant \"beta\""));
+  EXPECT_EQ(exporter->finish(), 0);
+}
+
+TEST_P(InterceptionTest, VmmShareableHandlesImportWithinATenantOnly) {
+  auto exporter = start({"vmm-export", "64"}, tenant("alpha", "1Gi"));
+  auto path = exporter->wait_for("fd_path");
+  ASSERT_TRUE(path) << exporter->output() << log();
+  std::string fd_path = path->substr(8);
+  std::string same = run({"vmm-import", fd_path, "64"}, tenant("alpha", "1Gi"));
+  EXPECT_EQ(field(line_of(same, "import"), "import"), 0) << same << log();
+  EXPECT_EQ(field(line_of(same, "map"), "map"), 0) << same;
+  // Charged once, to the exporter (the same tenant): the importer's view still shows 64 MiB used.
+  EXPECT_EQ(field(line_of(same, "imported_info"), "free"), (1024 - 64) * kMiB) << same;
+  std::string other = run({"vmm-import", fd_path, "64"}, tenant("beta", "1Gi"));
+  EXPECT_EQ(field(line_of(other, "import"), "import"), 800) << other;
+  EXPECT_EQ(exporter->finish(), 0);
+}
+
+TEST_P(InterceptionTest, AProcessKilledMidAllocationLeavesNothingCharged) {
+  // The driver takes 3 s over this allocation; the process is killed while it waits (charged, not
+  // yet returned).
+  Env slow = tenant("team", "1Gi");
+  slow["FAKE_CUDA_ALLOC_DELAY_US"] = "3000000";
+  auto victim = start({"alloc", "900"}, slow);
+  Mapped<TenantRegion> region;
+  std::string file = vgpu_dir() + "/tenants/team";
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  bool charged = false;
+  while (!charged && std::chrono::steady_clock::now() < deadline) {
+    if (!region && open_tenant_readonly(file.c_str(), &region) != RegionError::kOk) {
+      std::this_thread::sleep_for(10ms);
+      continue;
+    }
+    charged = tenant_usage(region.region, 0) == 900 * kMiB;
+    if (!charged) std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(charged) << log();
+  victim->kill(SIGKILL);
+  EXPECT_EQ(victim->finish(), -SIGKILL);
+  // Another process of the tenant gets the whole quota: the dead one's charge is reaped.
+  std::string out = run({"alloc", "1000"}, tenant("team", "1Gi"));
+  EXPECT_EQ(field(line_of(out, "alloc"), "alloc"), 0) << out << log();
+  unmap(&region);
+}
+
+TEST_P(InterceptionTest, ManyThreadsAllocatingAtOnceEndWithNothingCharged) {
+  std::string out = run({"threads", "8", "300"}, tenant("t1", "64Mi"));
+  EXPECT_EQ(field(line_of(out, "end_info"), "free"), 64 * kMiB) << out;
+}
+
+TEST_P(InterceptionTest, AForkedChildIsAProcessOfTheSameTenantWithItsOwnSlot) {
+  std::string out = run({"fork", "300"}, tenant("team", "512Mi"));
+  EXPECT_EQ(field(line_of(out, "parent_alloc"), "parent_alloc"), 0) << out;
+  EXPECT_EQ(field(line_of(out, "child_alloc"), "child_alloc"), 2) << out << log();  // 300 + 300 > 512
+  EXPECT_EQ(field(line_of(out, "child_info"), "free"), 212 * kMiB) << out;
+  EXPECT_EQ(field(line_of(out, "parent_info"), "free"), 212 * kMiB) << out;
+}
+
+TEST_P(InterceptionTest, TheRuntimesPrivateExportTablesPassThroughUntouched) {
+  std::string out = run({"export-table"}, tenant("t1", "1Gi"));
+  EXPECT_EQ(field(line_of(out, "export_table"), "export_table"), 0) << out;
+  EXPECT_THAT(out, HasSubstr("magic 636e6c6162746231"));
+}
+
+TEST_P(InterceptionTest, ABadLimitRefusesCudaAndSaysWhy) {
+  Probe p(binary(), {"info"}, tenant("t1", "lots"));
+  EXPECT_EQ(p.finish(), 2);
+  EXPECT_THAT(p.output(), HasSubstr("init 3"));  // CUDA_ERROR_NOT_INITIALIZED
+  EXPECT_THAT(log(), HasSubstr("CNLAB_VGPU_MEMORY_LIMIT=\"lots\""));
+}
+
+// Agent mode: the test plays the agent, writing the node's limits region and the tenant region.
+class AgentModeTest : public InterceptionTest {
+ protected:
+  void SetUp() override {
+    InterceptionTest::SetUp();
+    std::filesystem::create_directories(vgpu_dir() + "/tenants");
+    ASSERT_EQ(create_limits((vgpu_dir() + "/limits").c_str(), 0644, &limits_), RegionError::kOk);
+    set_gpu(limits_.region->gpus, &limits_.region->gpu_count, 0, 0, kUuid, 4096ull * kMiB);
+  }
+  void TearDown() override { unmap(&limits_); }
+
+  LimitsRegion::Tenant* add(const std::string& id, uint64_t limit) {
+    auto* t = add_tenant(limits_.region, id.c_str());
+    t->limits.memory_limit[0].store(limit);
+    t->limits.memory_quota[0].store(limit);
+    Mapped<TenantRegion> region;
+    EXPECT_EQ(open_tenant((vgpu_dir() + "/tenants/" + id).c_str(), true, 0644, id.c_str(), &region), RegionError::kOk);
+    set_gpu(region.region->gpus, &region.region->gpu_count, 0, 0, kUuid, 4096ull * kMiB);
+    unmap(&region);
+    return t;
+  }
+  Env agent_env(const std::string& id) const {
+    return env({{"CNLAB_VGPU_REGION", vgpu_dir() + "/limits"}, {"CNLAB_VGPU_TENANT", id}});
+  }
+
+  Mapped<LimitsRegion> limits_;
+};
+
+TEST_P(AgentModeTest, TheAgentsLimitAppliesAndCanBeResizedWhileTheJobRuns) {
+  auto* t = add("train-1", 256 * kMiB);
+  auto job = start({"grow", "64"}, agent_env("train-1"));
+  auto first = job->wait_for("holding_mib");
+  ASSERT_TRUE(first) << job->output() << log();
+  EXPECT_EQ(field(*first, "holding_mib"), 256);
+  t->limits.memory_limit[0].store(512 * kMiB);  // the agent grants a burst
+  job->send_line("again");
+  auto second = job->wait_for("holding_mib");
+  ASSERT_TRUE(second);
+  EXPECT_EQ(field(*second, "holding_mib"), 512);
+  EXPECT_EQ(field(*job->wait_for("grow_info"), "total"), 512 * kMiB);
+  t->limits.memory_limit[0].store(128 * kMiB);  // shrunk below what it holds: nothing more for it
+  job->send_line("again");
+  auto third = job->wait_for("holding_mib");
+  ASSERT_TRUE(third);
+  EXPECT_EQ(field(*third, "holding_mib"), 512);
+  auto view = job->wait_for("grow_info");
+  EXPECT_EQ(field(*view, "free"), 0);
+  EXPECT_EQ(field(*view, "total"), 128 * kMiB);
+  EXPECT_EQ(job->finish(), 0);
+}
+
+TEST_P(AgentModeTest, ATenantTheAgentDidNotRegisterGetsNoCuda) {
+  Probe p(binary(), {"info"}, agent_env("stranger"));
+  EXPECT_EQ(p.finish(), 2);
+  EXPECT_THAT(log(), HasSubstr("CNLAB_VGPU_TENANT=\"stranger\": the agent has not registered this tenant"));
+}
+
+TEST_P(AgentModeTest, AGpuTheAgentDidNotListIsRefused) {
+  add("train-1", 256 * kMiB);
+  limits_.region->gpus[0].uuid[10] ^= 1;  // the node's table no longer names this device
+  std::string out = run({"alloc", "1"}, agent_env("train-1"));
+  EXPECT_EQ(field(line_of(out, "alloc"), "alloc"), 2) << out;
+  EXPECT_THAT(log(), HasSubstr("is not one of this node's GPUs"));
+}
+
+INSTANTIATE_TEST_SUITE_P(BothWaysToTheDriver, InterceptionTest, ::testing::Values(PROBE_LINKED_BINARY, PROBE_DLOPEN_BINARY),
+                         [](const auto& info) { return std::string(info.index == 0 ? "Linked" : "Dlopen"); });
+INSTANTIATE_TEST_SUITE_P(BothWaysToTheDriver, AgentModeTest, ::testing::Values(PROBE_LINKED_BINARY, PROBE_DLOPEN_BINARY),
+                         [](const auto& info) { return std::string(info.index == 0 ? "Linked" : "Dlopen"); });
+
+}  // namespace
+}  // namespace cnlab::vgpu::test
