@@ -16,6 +16,8 @@
 #include <thread>
 
 #include "agent/agent_metrics.h"
+#include "agent/vgpu_control.h"
+#include "agent/vgpu_node.h"
 #include "agent/files/files.h"
 #include "agent/gpu/gpu.h"
 #include "agent/job_runner.h"
@@ -100,6 +102,7 @@ class AgentImpl final : public Agent {
       if (watch_api_) watch_api_->interrupt();
       if (heartbeat_api_) heartbeat_api_->interrupt();
     }
+    if (vgpu_control_) vgpu_control_->stop();
     if (watch_thread_.joinable()) watch_thread_.join();
     if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
     if (reaper_thread_.joinable()) reaper_thread_.join();
@@ -150,6 +153,9 @@ class AgentImpl final : public Agent {
     return !stopped_;
   }
   std::string node_address(const std::string& node);
+  // How readily a job of this node is moved off a GPU short of memory: its class's rank (the
+  // opportunistic first, inference last).
+  int class_rank(const std::string& job);
   net::Response serve_metrics(const net::Request& request);
 
   AgentConfig config_;
@@ -158,6 +164,8 @@ class AgentImpl final : public Agent {
   std::unique_ptr<MigManager> mig_;
   std::unique_ptr<Runtime> runtime_;
   std::unique_ptr<WorkspaceCache> workspaces_;
+  std::unique_ptr<VgpuNode> vgpu_;
+  std::unique_ptr<VgpuControl> vgpu_control_;
   RunnerCounters counters_;
   std::counting_semaphore<> start_slots_{4};
   RunnerContext context_;
@@ -244,6 +252,20 @@ Status AgentImpl::open() {
   workspaces_ = std::make_unique<WorkspaceCache>((fs::path(config_.data_dir) / "workspaces").string(),
                                                  config_.workspace_cache_bytes);
 
+  if (config_.use_vgpu) {
+    VgpuNode::Options options;
+    options.dir = fs::path(config_.data_dir) / "vgpu";
+    options.library = config_.vgpu_library.empty() ? default_vgpu_library() : config_.vgpu_library;
+    auto vgpu = VgpuNode::open(options);
+    if (!vgpu) {
+      if (!config_.vgpu_library.empty()) return vgpu.error();  // asked for by name: it must work
+      spdlog::warn("jobs run without libcnlab-vgpu.so (no VRAM quotas, compute shares or IPC isolation) error=\"{}\"",
+                   vgpu.error().to_string());
+    } else {
+      vgpu_ = std::move(*vgpu);
+    }
+  }
+
   // Who jobs run as.
   RunAs run_as;
   std::optional<uint32_t> uid, gid;
@@ -298,6 +320,7 @@ Status AgentImpl::open() {
   context_.node_address = [this](const std::string& node) { return node_address(node); };
   context_.counters = &counters_;
   context_.start_slots = &start_slots_;
+  context_.vgpu = vgpu_.get();
   context_.apply_layouts = [this] {
     ServerApi api(context_.server, token());
     apply_decided_layouts(api);
@@ -324,6 +347,12 @@ Status AgentImpl::open() {
       return e;
     }
     metrics_ = std::move(*server);
+  }
+  if (vgpu_) {
+    vgpu_control_ = std::make_unique<VgpuControl>(
+        *vgpu_, *gpus_, [this] { return std::make_unique<ServerApi>(context_.server, token()); },
+        [this](const std::string& job) { return class_rank(job); }, VgpuControl::Options{});
+    vgpu_control_->start();
   }
   heartbeat_thread_ = std::thread([this] { heartbeat_loop(); });
   reaper_thread_ = std::thread([this] { reaper_loop(); });
@@ -368,6 +397,26 @@ void AgentImpl::adopt_jobs() {
     std::lock_guard lock(mutex_);
     runners_[(*runner)->job_id()] = *runner;
   }
+  if (vgpu_) {
+    // vGPU tenants of jobs not adopted (they ended while no agent watched) go.
+    std::vector<std::string> adopted;
+    std::lock_guard lock(mutex_);
+    for (const auto& [id, runner] : runners_) adopted.push_back(id);
+    vgpu_->retain_only(adopted);
+  }
+}
+
+int AgentImpl::class_rank(const std::string& job) {
+  std::string cls;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = runners_.find(job);
+    if (it != runners_.end()) cls = it->second->priority_class();
+  }
+  if (cls == "opportunistic") return 0;
+  if (cls == "dev") return 1;
+  if (cls == "production") return 2;
+  return 3;
 }
 
 void AgentImpl::apply_decided_layouts(ServerApi& api) {

@@ -38,6 +38,10 @@ struct AgentConfig {
   std::chrono::milliseconds stop_grace{10000};
   std::chrono::milliseconds checkpoint_grace{30000};  // SIGUSR1 to SIGTERM for a pre-empted checkpointable job
   int64_t workspace_cache_bytes = int64_t{10} << 30;
+  // libcnlab-vgpu.so, loaded into every job that holds a GPU (VRAM quota, compute share, IPC
+  // isolation, activity); empty: the one beside this binary. `use_vgpu` false runs jobs without.
+  std::string vgpu_library;
+  bool use_vgpu = true;
 };
 
 class Agent {
@@ -58,6 +62,9 @@ class Agent {
 // How the runtime starts a job's shim: the small cnlab-shim beside this binary when it is there (a
 // job starts ~20 ms sooner), else this binary's own `agent-shim`.
 std::vector<std::string> default_shim_command();
+
+// The interception library beside this binary (build/libcnlab-vgpu.so next to build/cnlab).
+std::string default_vgpu_library();
 
 // How many NVIDIA GPUs NVML reports on this machine: 0 without a driver or a usable library (one
 // log line says why). `cnlab dev` simulates GPUs where this is 0.

@@ -41,6 +41,7 @@ struct AgentFlags {
   std::string checkpoint_grace = "30s";
   bool no_cgroups = false;
   bool no_namespaces = false;
+  bool no_vgpu = false;
   bool stop_jobs = false;
 };
 
@@ -65,6 +66,7 @@ int run_agent(AgentFlags& flags) {
   config.checkpoint_grace = std::chrono::duration_cast<std::chrono::milliseconds>(*checkpoint_grace);
   config.use_cgroups = !flags.no_cgroups;
   config.use_namespaces = !flags.no_namespaces;
+  config.use_vgpu = !flags.no_vgpu;
   config.shim_command = default_shim_command();
 
   spdlog::set_default_logger(spdlog::stderr_color_mt("cnlab-agent"));
@@ -85,6 +87,11 @@ std::vector<std::string> default_shim_command() {
   std::string self = self_executable();
   std::string shim = self.substr(0, self.rfind('/') + 1) + "cnlab-shim";
   return ::access(shim.c_str(), X_OK) == 0 ? std::vector<std::string>{shim} : std::vector<std::string>{self, "agent-shim"};
+}
+
+std::string default_vgpu_library() {
+  std::string self = self_executable();
+  return self.substr(0, self.rfind('/') + 1) + "libcnlab-vgpu.so";
 }
 
 int count_nvidia_gpus(const std::string& nvml_library) {
@@ -123,6 +130,9 @@ void add_agent_commands(CLI::App& app) {
   cmd->add_option("--checkpoint-grace", flags->checkpoint_grace,
                   "SIGUSR1 to SIGTERM when a checkpointable job is pre-empted (time to save its checkpoint)")
       ->capture_default_str();
+  cmd->add_option("--vgpu-library", c.vgpu_library,
+                  "libcnlab-vgpu.so, loaded into every job holding a GPU (default: the one beside this binary)");
+  cmd->add_flag("--no-vgpu", flags->no_vgpu, "Run jobs without libcnlab-vgpu.so (no VRAM quota, compute share or IPC isolation)");
   cmd->add_flag("--stop-jobs-on-exit", flags->stop_jobs, "Stop the running jobs when the agent stops (default: they keep running and are adopted)");
   cmd->callback([flags] { std::exit(run_agent(*flags)); });
 }

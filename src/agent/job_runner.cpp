@@ -1,5 +1,7 @@
 #include "agent/job_runner.h"
 
+#include "agent/vgpu_node.h"
+
 #include <fcntl.h>
 #include <ftw.h>
 #include <sys/stat.h>
@@ -198,6 +200,11 @@ std::string JobRunner::project() const {
   return job_.spec.project;
 }
 
+std::string JobRunner::priority_class() const {
+  std::lock_guard lock(mutex_);
+  return job_.spec.priority_class;
+}
+
 bool JobRunner::pause(std::chrono::milliseconds duration) {
   std::unique_lock lock(mutex_);
   wake_.wait_for(lock, duration, [&] { return detached_.load(); });
@@ -267,6 +274,7 @@ bool JobRunner::prepare_and_start() {
     if (context_.counters) ++context_.counters->start_failures;
     note(message);
     report("Failed", std::nullopt, std::nullopt, truncate(message));
+    if (context_.vgpu) context_.vgpu->remove_job(job_id_);
     (void)safe_remove_tree(dir_.string());
     return false;
   };
@@ -348,6 +356,12 @@ bool JobRunner::prepare_and_start() {
   spec.argv = job.spec.command;
   spec.env = job_environment(job, env);
   if (resumed) spec.env.push_back("CNLAB_RESUMED=1");
+  if (context_.vgpu && !binding.gpus.empty()) {
+    // Its VRAM quota and compute share, enforced inside its processes by libcnlab-vgpu.so.
+    auto vgpu_env = context_.vgpu->add_job(job_id_, binding, context_.gpus->gpus(), context_.run_as_uid, context_.run_as_gid);
+    if (!vgpu_env) return fail("vGPU: " + vgpu_env.error().to_string());
+    spec.env.insert(spec.env.end(), vgpu_env->begin(), vgpu_env->end());
+  }
   spec.working_dir = working_dir.string();
   spec.limits.cpu_milli = job.spec.cpu_milli;
   spec.limits.memory_bytes = job.spec.memory_mib * (int64_t{1} << 20);
@@ -716,6 +730,7 @@ void JobRunner::finish(const JobStatus& status) {
       fs::remove(kept_meta, ec);
     }
   }
+  if (context_.vgpu) context_.vgpu->remove_job(job_id_);
   if (auto removed = safe_remove_tree(dir_.string()); !removed) {
     spdlog::warn("job directory not removed job=\"{}\" error=\"{}\"", job_id_, removed.error().to_string());
   }

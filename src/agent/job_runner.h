@@ -34,6 +34,8 @@
 
 namespace cnlab::agent {
 
+class VgpuNode;
+
 // Counters every runner adds to, for the agent's /metrics.
 struct RunnerCounters {
   std::atomic<uint64_t> jobs_started{0};
@@ -67,6 +69,9 @@ struct RunnerContext {
   // start a hundred shims together and time some of them out on a small machine.
   std::counting_semaphore<>* start_slots = nullptr;
   std::function<void()> on_finished;  // called once a runner is done (the agent reaps it)
+  // The node's vGPU region (null: jobs run without libcnlab-vgpu.so): a job holding GPUs is
+  // registered as a tenant before it starts and removed when its runner is done.
+  VgpuNode* vgpu = nullptr;
   // Applies the MIG layouts the scheduler decided now (a job bound into an instance that is not
   // there yet starts after it).
   std::function<void()> apply_layouts;
@@ -103,6 +108,7 @@ class JobRunner {
   // For metrics: the binding on this node (empty until known) and whether the process runs.
   model::NodeBinding binding() const;
   std::string project() const;
+  std::string priority_class() const;
   bool checkpointable() const;
   bool running() const { return running_.load(); }
 

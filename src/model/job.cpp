@@ -24,6 +24,9 @@ constexpr std::pair<JobEventType, std::string_view> kEventTypes[] = {
     {JobEventType::kFinished, "Finished"},
     {JobEventType::kCancelled, "Cancelled"},
     {JobEventType::kFailed, "Failed"},
+    {JobEventType::kMemoryBurst, "MemoryBurst"},
+    {JobEventType::kMoveRequested, "MoveRequested"},
+    {JobEventType::kIdleReclaimed, "IdleReclaimed"},
 };
 
 constexpr int64_t kMaxCpuMilli = 1'000'000'000;
@@ -62,6 +65,7 @@ Json status_to_json(const JobStatus& status) {
   Json j = {{"phase", to_string(status.phase)}, {"submitted_at", format_rfc3339(status.submitted_at)}};
   if (status.started_at) j["started_at"] = format_rfc3339(*status.started_at);
   if (status.last_checkpoint_at) j["last_checkpoint_at"] = format_rfc3339(*status.last_checkpoint_at);
+  if (status.gpu_active_at) j["gpu_active_at"] = format_rfc3339(*status.gpu_active_at);
   if (!status.placement.empty()) {
     Json nodes = Json::array();
     for (const auto& binding : status.placement) {
@@ -253,7 +257,7 @@ CheckpointRef read_checkpoint(const Json& json, const std::string& path, JsonRea
 }
 
 JobStatus read_status(JsonReader& r) {
-  r.only({"phase", "submitted_at", "started_at", "last_checkpoint_at", "placement", "succeeded_nodes", "message",
+  r.only({"phase", "submitted_at", "started_at", "last_checkpoint_at", "gpu_active_at", "placement", "succeeded_nodes", "message",
           "finished_at", "exit_code", "signal", "events", "waiting_reason", "cancel_requested", "attempts",
           "attempt_nodes", "checkpoint", "older_checkpoints"});
   JobStatus status;
@@ -261,6 +265,7 @@ JobStatus read_status(JsonReader& r) {
   status.submitted_at = r.time("submitted_at").value_or(Time{});
   status.started_at = r.time("started_at");
   status.last_checkpoint_at = r.time("last_checkpoint_at");
+  status.gpu_active_at = r.time("gpu_active_at");
   if (const Json* placement = r.array("placement")) status.placement = read_placement(*placement, r.path_of("placement"), r);
   if (const Json* succeeded = r.array("succeeded_nodes")) {
     status.succeeded_nodes = read_node_names(*succeeded, r.path_of("succeeded_nodes"), r);

@@ -42,6 +42,9 @@ enum class JobEventType : uint8_t {
   kFinished,
   kCancelled,
   kFailed,
+  kMemoryBurst,     // the node's agent changed the job's VRAM limit (a burst granted or taken back)
+  kMoveRequested,   // the node's agent asked for the job to be moved off a GPU short of memory
+  kIdleReclaimed,   // the server stopped the job: its GPU slice was idle longer than its class allows
 };
 std::string_view to_string(JobEventType type);  // "Queued", "Scheduled", ...
 std::optional<JobEventType> parse_job_event_type(std::string_view name);
@@ -135,6 +138,9 @@ struct JobStatus {
   Time submitted_at{};
   std::optional<Time> started_at;
   std::optional<Time> last_checkpoint_at;
+  // When its processes last used the GPU (launches or copies), as its node's agent reported; the
+  // server reclaims slices idle past their class's limit. Absent: not since it started.
+  std::optional<Time> gpu_active_at;
   std::vector<NodeBinding> placement;  // the node/GPU bindings; set while Scheduled or Running
   // The members of a multi-node (gang) placement whose agents reported Succeeded, in report order.
   // The job ends Succeeded when every node of the placement is here; cleared with the placement.

@@ -15,7 +15,10 @@ constexpr std::pair<NodePhase, std::string_view> kPhases[] = {
 constexpr size_t kMaxConditionText = 4096;
 
 Gpu read_gpu(JsonReader& r) {
-  r.only({"index", "uuid", "model", "memory_mib", "healthy", "mig_enabled", "mig_instances", "simulated"});
+  // allocated_*: what the server adds to a GPU in its answers (from the allocation records); taken
+  // and ignored, so that a node read from the API decodes again.
+  r.only({"index", "uuid", "model", "memory_mib", "healthy", "mig_enabled", "mig_instances", "simulated",
+          "allocated_blocks", "allocated_vram_mib", "allocated_jobs"});
   Gpu gpu;
   gpu.index = static_cast<int>(r.integer_or("index", 0, 0, 1023));
   gpu.uuid = r.string_or("uuid", "");

@@ -8,6 +8,7 @@
 
 #include "net/net.h"
 #include "server/api.h"
+#include "server/idle_reclaim.h"
 #include "server/node_lifecycle.h"
 #include "server/scheduler_loop.h"
 
@@ -51,6 +52,7 @@ class ControlPlaneImpl final : public ControlPlane {
     loop_->attach();
     if (auto started = cache_->start(); !started) return started;
     lifecycle_ = std::make_unique<NodeLifecycle>(*store_, *cache_, config_, system_now, [this] { loop_->wake(); });
+    idle_reclaim_ = std::make_unique<IdleReclaim>(*store_, *cache_, config_.idle_reclaim_after, system_now);
     metrics_.on_render([this] { refresh_gauges(); });
 
     api_ = std::make_unique<Api>(ApiContext{config_, dir_, *store_, *verifier_, signing_, metrics_, *cache_, quotas_,
@@ -77,6 +79,13 @@ class ControlPlaneImpl final : public ControlPlane {
     server_ = std::move(*server);
     loop_->start();
     lifecycle_->start();
+    // A pass every tenth of the shortest limit (at most every 10 s), so a slice is reclaimed within
+    // about a tenth of its limit past it.
+    auto shortest = std::chrono::milliseconds(10000);
+    for (const auto& [cls, limit] : config_.idle_reclaim_after) {
+      shortest = std::min(shortest, std::chrono::duration_cast<std::chrono::milliseconds>(limit) / 10);
+    }
+    idle_reclaim_->start(std::max(shortest, std::chrono::milliseconds(100)));
     loop_->wake();
     spdlog::info("server started url=\"{}\" data_dir=\"{}\" revision={}", server_->url(), config_.data_dir, store_->revision());
     return Status::ok();
@@ -87,6 +96,7 @@ class ControlPlaneImpl final : public ControlPlane {
   void stop() override {
     if (stopped_) return;
     stopped_ = true;
+    if (idle_reclaim_) idle_reclaim_->stop();
     if (lifecycle_) lifecycle_->stop();
     if (loop_) loop_->stop();
     if (server_) server_->stop();
@@ -142,6 +152,7 @@ class ControlPlaneImpl final : public ControlPlane {
   std::unique_ptr<JobLogs> logs_;
   std::unique_ptr<SchedulerLoop> loop_;
   std::unique_ptr<NodeLifecycle> lifecycle_;
+  std::unique_ptr<IdleReclaim> idle_reclaim_;
   std::unique_ptr<Api> api_;
   std::unique_ptr<net::Server> server_;
   bool stopped_ = false;

@@ -513,13 +513,21 @@ net::Response Api::report_job_status(const Call& call) {
   auto body = parse_body(call.request);
   if (!body) return error_response(body.error());
   JsonReader r(*body, "");
-  r.only({"phase", "exit_code", "signal", "message", "checkpoint_at"});
+  r.only({"phase", "exit_code", "signal", "message", "checkpoint_at", "gpu_active_at", "memory_event", "move_requested"});
   std::string phase = r.string("phase");
   int64_t exit_code = r.integer_or("exit_code", -1, -1, 255);
   int64_t signal = r.integer_or("signal", 0, 0, 127);
   std::string message = r.string_or("message", "");
   auto checkpoint_at = r.time("checkpoint_at");
+  // The vGPU side of a running job (Running reports only): when its processes last used the GPU,
+  // a change the agent made to its VRAM limit, and a request to move it off a GPU short of memory.
+  auto gpu_active_at = r.time("gpu_active_at");
+  std::string memory_event = r.string_or("memory_event", "");
+  std::string move_requested = r.string_or("move_requested", "");
   if (!r.status()) return error_response(r.status().error());
+  if ((gpu_active_at || !memory_event.empty() || !move_requested.empty()) && phase != "Running") {
+    return error_response(Error::invalid_argument("phase", phase, "gpu_active_at, memory_event and move_requested come with Running"));
+  }
   static const std::map<std::string, model::JobPhase> kReportable = {{"Running", model::JobPhase::kRunning},
                                                                       {"Succeeded", model::JobPhase::kSucceeded},
                                                                       {"Failed", model::JobPhase::kFailed}};
@@ -527,7 +535,10 @@ net::Response Api::report_job_status(const Call& call) {
   if (to == kReportable.end()) {
     return error_response(Error::invalid_argument("phase", phase, "an agent reports Running, Succeeded or Failed"));
   }
-  Json audit = audit_record(call, "jobs.status", id, "ok", {{"phase", phase}});
+  Json detail = {{"phase", phase}};
+  if (!memory_event.empty()) detail["memory_event"] = memory_event;
+  if (!move_requested.empty()) detail["move_requested"] = move_requested;
+  Json audit = audit_record(call, "jobs.status", id, "ok", detail);
   std::optional<double> start_latency;
   auto updated = update_job(
       ctx_.store, &ctx_.cache, id,
@@ -540,8 +551,33 @@ net::Response Api::report_job_status(const Call& call) {
           job.status.last_checkpoint_at = *checkpoint_at;
           job.status.events.push_back(event(model::JobEventType::kCheckpointed, call.now, message));
         }
+        if (to->second == model::JobPhase::kRunning && job.status.phase == model::JobPhase::kRunning) {
+          bool changed = checkpoint_at.has_value();
+          if (gpu_active_at && (!job.status.gpu_active_at || *gpu_active_at > *job.status.gpu_active_at)) {
+            job.status.gpu_active_at = std::min(*gpu_active_at, call.now);  // never in the future
+            changed = true;
+          }
+          if (!memory_event.empty()) {
+            job.status.events.push_back(event(model::JobEventType::kMemoryBurst, call.now, memory_event));
+            changed = true;
+          }
+          if (!move_requested.empty()) {
+            // No live migration yet: moving is pre-empting it back to the queue (a checkpointable
+            // job resumes from its latest checkpoint), which frees the memory the others need.
+            job.status.events.push_back(event(model::JobEventType::kMoveRequested, call.now, move_requested));
+            job.status.phase = model::JobPhase::kPending;
+            job.status.placement.clear();
+            job.status.succeeded_nodes.clear();
+            job.status.started_at.reset();
+            job.status.events.push_back(event(model::JobEventType::kPreempted, call.now,
+                                              "moved off node " + call.caller.node + " (GPU short of memory)" +
+                                                  (job.spec.checkpointable ? "; resumes from its latest checkpoint"
+                                                                           : "; restarts from the beginning")));
+            changed = true;
+          }
+          return changed;
+        }
         if (to->second == model::JobPhase::kRunning) {
-          if (job.status.phase == model::JobPhase::kRunning) return checkpoint_at.has_value();
           job.status.phase = model::JobPhase::kRunning;
           job.status.started_at = call.now;  // the bind time until now; run time counts from here
           job.status.attempts += 1;

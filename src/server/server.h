@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -20,6 +21,9 @@ struct ServerConfig {
   // A node whose agent is silent this long is NotReady; this much longer, Lost (its jobs requeued).
   Duration not_ready_after{40};
   Duration lost_after{300};
+  // Priority class -> how long a running job's GPU slice may go unused before it is reclaimed
+  // (idle_reclaim.h); classes not listed are never reclaimed.
+  std::map<std::string, Duration> idle_reclaim_after{{"dev", Duration{2 * 3600}}, {"opportunistic", Duration{30 * 60}}};
   // The scheduling loop runs this long after a change (collecting a burst into one cycle), and at
   // least this often.
   std::chrono::milliseconds schedule_debounce{10};

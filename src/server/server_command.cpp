@@ -8,6 +8,7 @@
 
 #include <cstdio>
 
+#include "server/idle_reclaim.h"
 #include "server/server.h"
 
 namespace cnlab::server {
@@ -43,6 +44,7 @@ void add_server_commands(CLI::App& app) {
   auto config = std::make_shared<ServerConfig>();
   auto not_ready = std::make_shared<std::string>("40s");
   auto lost = std::make_shared<std::string>("5m");
+  auto idle = std::make_shared<std::string>("dev=2h,opportunistic=30m");
   server->add_option("--data-dir", config->data_dir, "The data directory `cnlab server init` prepared");
   server->add_option("--listen", config->listen, "HOST:PORT to serve on; port 0 picks a free port")
       ->capture_default_str();
@@ -52,6 +54,9 @@ void add_server_commands(CLI::App& app) {
   server->add_option("--audience", config->audience, "The audience (aud) every token must carry")->capture_default_str();
   server->add_option("--not-ready-after", *not_ready, "A silent node becomes NotReady after this")->capture_default_str();
   server->add_option("--lost-after", *lost, "A silent node becomes Lost (its jobs requeued) after this")->capture_default_str();
+  server->add_option("--idle-reclaim", *idle,
+                     "Stop a running job whose GPU slice is unused this long, per class (CLASS=DURATION,...; none)")
+      ->capture_default_str();
   server->add_option("--workers", config->worker_threads, "Request worker threads")->capture_default_str();
   server->add_option("--max-upload-bytes", config->max_upload_bytes,
                      "The largest workspace archive or artifact one request may upload")
@@ -71,7 +76,7 @@ void add_server_commands(CLI::App& app) {
   init->add_option("--data-dir", config->data_dir, "The directory to prepare (created, mode 0700)");
   init->add_option("--hostname", *hostnames, "Extra DNS name or IP address for the server certificate");
 
-  server->final_callback([server, init, config, hostnames, not_ready, lost]() {
+  server->final_callback([server, init, config, hostnames, not_ready, lost, idle]() {
     if (config->data_dir.empty()) std::exit(fail(Error::invalid_argument("--data-dir", "", "required")));
     if (init->parsed()) {
       InitOptions options{config->data_dir, *hostnames};
@@ -86,6 +91,9 @@ void add_server_commands(CLI::App& app) {
     if (!lo) std::exit(fail(lo.error()));
     config->not_ready_after = *nr;
     config->lost_after = *lo;
+    auto limits = parse_idle_limits(*idle);
+    if (!limits) std::exit(fail(limits.error()));
+    config->idle_reclaim_after = *limits;
     if (config->lost_after <= config->not_ready_after) {
       std::exit(fail(Error::invalid_argument("--lost-after", *lost, "must be longer than --not-ready-after")));
     }

@@ -178,7 +178,10 @@ int cnlab_vgpu_dlsym_filter(void* handle, const char* name, void** result) {
   return 1;
 }
 
-#if defined(__x86_64__)
+#if defined(CNLAB_VGPU_NO_DLSYM_HOOK)
+// Built into a test program under ThreadSanitizer, whose runtime resolves its own interceptors with
+// dlsym before any of our code may run: no dlsym of ours there (that test reaches the hooks by link).
+#elif defined(__x86_64__)
 // dlsym itself, as a trampoline: names we hook are decided by the filter; every other lookup
 // *jumps* to the C library's dlsym with the caller's arguments and return address untouched, so
 // that RTLD_NEXT still means "after the caller's object", not "after this library".

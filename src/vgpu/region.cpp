@@ -39,7 +39,7 @@ RegionError map_fd(int fd, bool writable, uint32_t magic, Mapped<T>* out) {
   void* at = ::mmap(nullptr, sizeof(T), writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
   if (at == MAP_FAILED) return RegionError::kIo;
   T* region = static_cast<T*>(at);
-  if (region->magic != magic) {
+  if (__atomic_load_n(&region->magic, __ATOMIC_ACQUIRE) != magic) {
     ::munmap(at, sizeof(T));
     return RegionError::kBadMagic;
   }
@@ -78,8 +78,8 @@ RegionError create_or_open(const char* path, unsigned mode, uint32_t magic, Init
         init(region);
         region->size = sizeof(T);
         region->version = kRegionVersion;
-        std::atomic_thread_fence(std::memory_order_release);
-        region->magic = magic;
+        // The magic last, with release: a reader that sees it sees the rest written.
+        __atomic_store_n(&region->magic, magic, __ATOMIC_RELEASE);
         ::munmap(at, sizeof(T));
       }
     }

@@ -35,7 +35,7 @@ inline constexpr uint32_t kLimitsMagic = 0x4c47564e;  // "NVGL"
 inline constexpr uint32_t kTenantMagic = 0x5447564e;  // "NVGT"
 inline constexpr uint32_t kRegionVersion = 1;
 
-inline constexpr int kMaxGpus = 16;      // GPUs or MIG instances a node's region describes
+inline constexpr int kMaxGpus = 64;      // GPUs and MIG instances a node's region describes (8 x 7 MIG + 8)
 inline constexpr int kMaxTenants = 128;  // tenants on a node at once (100 one-block tenants and room)
 inline constexpr int kMaxProcs = 64;     // processes of one tenant using CUDA at once (a bit each)
 inline constexpr int kMaxExports = 256;  // IPC exports a tenant keeps registered (oldest reused)

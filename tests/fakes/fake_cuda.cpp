@@ -129,6 +129,9 @@
 //       device's queued work ends
 //   unsigned long long fake_cuda_launches(int device, int pid);  kernels launched (live rows)
 //   int fake_cuda_export_table_calls(void);                      cuGetExportTable calls, any UUID
+//   int fake_cuda_process_busy(const char* uuid, int* pids, unsigned long long* busy_ns, int max);
+//       every live process's busy ns on the device with that UUID, read from the state file
+//       without cuInit (the NVML test double's process utilization); returns how many
 //   void fake_cuda_reset_state(void);  frees everything this process holds (its rows included) and
 //       forgets cuInit: the next cuInit re-reads the environment. Call it with no other thread in
 //       the fake.
@@ -141,6 +144,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string_view>
 
@@ -1597,6 +1601,35 @@ FAKE_CUDA_HOOK unsigned long long fake_cuda_busy_until_ns(int device) {
 }
 
 FAKE_CUDA_HOOK int fake_cuda_export_table_calls(void) { return g.export_table_calls.load(); }
+
+// Every live process's simulated kernel time on the device `uuid` names, read straight from the
+// state file (FAKE_CUDA_STATE_DIR), without cuInit: the NVML test double's process utilization
+// comes from here, as the real NVML's comes from the driver.
+FAKE_CUDA_HOOK int fake_cuda_process_busy(const char* uuid, int* pids, unsigned long long* busy_ns, int max) {
+  static std::mutex mu;
+  static std::map<std::string, SharedDevice*> opened;
+  std::lock_guard<std::mutex> lock(mu);
+  SharedDevice*& shared = opened[uuid];
+  if (!shared) {
+    const char* dir = std::getenv("FAKE_CUDA_STATE_DIR");
+    DeviceConfig device;
+    device.uuid_text = uuid;
+    if (!parse_uuid(uuid, device.uuid)) return 0;
+    std::string error;
+    shared = open_shared((dir && *dir) ? dir : "/tmp/fake-cuda-" + std::to_string(getuid()), device, error);
+    if (!shared) return 0;
+  }
+  int n = 0;
+  for (const auto& row : shared->rows) {
+    uint64_t owner = row.owner.load(std::memory_order_acquire);
+    if (owner == kNoProcess || owner == kClearing || !process_alive(owner)) continue;
+    if (n == max) break;
+    pids[n] = key_pid(owner);
+    busy_ns[n] = row.busy_ns.load();
+    ++n;
+  }
+  return n;
+}
 
 FAKE_CUDA_HOOK void fake_cuda_reset_state(void) {
   std::lock_guard<std::mutex> lock(g.mu);

@@ -25,6 +25,9 @@
 // 4_SLICE id 5 (4 slots, 0), 7_SLICE id 0 (8 slots, 0). Compute instance profile ids are the enum.
 //
 // Tests drive it further through extra C functions (fake_nvml_*, below), found with dlsym.
+#include <dlfcn.h>
+#include <time.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -138,6 +141,8 @@ struct Gpu : Handle {
   int mig = -1;           // -1: NOT_SUPPORTED, 0 off, 1 on
   int processes = 0;
   long long ecc = 0;      // -1: NOT_SUPPORTED
+  // Per pid: the busy ns and time (us) of the previous process utilization call.
+  std::map<int, std::pair<unsigned long long, unsigned long long>> busy_seen;
   bool events = true;
   unsigned next_gi_id = 1;
   unsigned next_ci_id = 1;
@@ -367,6 +372,42 @@ void reset_state() {
   if (!gpu) return NVML_ERROR_INVALID_ARGUMENT;                   \
   if (auto r = injected(name, gpu)) return *r
 
+// nvmlMemory_v2_t, declared here (the agent does not call it; the vGPU library hooks it).
+struct nvmlMemory_v2_t {
+  unsigned int version;
+  unsigned long long total;
+  unsigned long long reserved;
+  unsigned long long free;
+  unsigned long long used;
+};
+
+// Process utilization comes from the libcuda.so.1 test double's shared state (a kernel's simulated
+// time counts for the process that launched it): through its fake_cuda_process_busy hook, found in
+// the process (a CUDA program) or in FAKE_NVML_CUDA_LIBRARY (the agent, which loads no CUDA).
+// Each call reports, per process, its share of the time since this process's previous call for
+// that GPU; a process seen for the first time reports 0.
+using ProcessBusyHook = int (*)(const char* uuid, int* pids, unsigned long long* busy_ns, int max);
+
+ProcessBusyHook process_busy_hook() {
+  static ProcessBusyHook hook = [] {
+    void* p = dlsym(RTLD_DEFAULT, "fake_cuda_process_busy");
+    if (!p) {
+      const char* library = std::getenv("FAKE_NVML_CUDA_LIBRARY");
+      if (library && *library) {
+        if (void* lib = dlopen(library, RTLD_NOW | RTLD_LOCAL)) p = dlsym(lib, "fake_cuda_process_busy");
+      }
+    }
+    return reinterpret_cast<ProcessBusyHook>(p);
+  }();
+  return hook;
+}
+
+unsigned long long monotonic_us() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<unsigned long long>(ts.tv_sec) * 1000000ull + static_cast<unsigned long long>(ts.tv_nsec) / 1000;
+}
+
 }  // namespace
 
 extern "C" {
@@ -462,6 +503,58 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) 
   memory->total = gpu->memory_mib << 20;
   memory->used = gpu->used_mib << 20;
   memory->free = memory->total - memory->used;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* memory) {
+  FAKE_DEVICE("nvmlDeviceGetMemoryInfo_v2", device);
+  if (!memory) return NVML_ERROR_INVALID_ARGUMENT;
+  memory->total = gpu->memory_mib << 20;
+  memory->reserved = 0;
+  memory->used = gpu->used_mib << 20;
+  memory->free = memory->total - memory->used;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char* uuid, nvmlDevice_t* device) {
+  FAKE_BEGIN("nvmlDeviceGetHandleByUUID");
+  if (!uuid || !device) return NVML_ERROR_INVALID_ARGUMENT;
+  for (auto& gpu : g_state.gpus) {
+    if (gpu->uuid == uuid) {
+      *device = reinterpret_cast<nvmlDevice_t>(static_cast<Handle*>(gpu.get()));
+      return NVML_SUCCESS;
+    }
+  }
+  return NVML_ERROR_NOT_FOUND;
+}
+
+nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t* utilization,
+                                             unsigned int* processSamplesCount, unsigned long long /*lastSeenTimeStamp*/) {
+  FAKE_DEVICE("nvmlDeviceGetProcessUtilization", device);
+  if (!processSamplesCount) return NVML_ERROR_INVALID_ARGUMENT;
+  ProcessBusyHook hook = process_busy_hook();
+  if (!hook) return NVML_ERROR_NOT_SUPPORTED;
+  int pids[256];
+  unsigned long long busy[256];
+  int n = hook(gpu->uuid.c_str(), pids, busy, 256);
+  unsigned long long now = monotonic_us();
+  std::vector<nvmlProcessUtilizationSample_t> samples;
+  for (int i = 0; i < n; ++i) {
+    auto [it, first] = gpu->busy_seen.try_emplace(pids[i], std::pair{busy[i], now});
+    auto [last_busy, last_time] = it->second;
+    unsigned util = 0;
+    if (!first && now > last_time && busy[i] >= last_busy) {
+      util = static_cast<unsigned>(std::min<unsigned long long>(100, (busy[i] - last_busy) / 10 / (now - last_time)));
+    }
+    it->second = {busy[i], now};
+    samples.push_back({static_cast<unsigned>(pids[i]), now, util, 0, 0, 0});
+  }
+  if (!utilization || *processSamplesCount < samples.size()) {
+    *processSamplesCount = static_cast<unsigned>(samples.size());
+    return NVML_ERROR_INSUFFICIENT_SIZE;
+  }
+  std::copy(samples.begin(), samples.end(), utilization);
+  *processSamplesCount = static_cast<unsigned>(samples.size());
   return NVML_SUCCESS;
 }
 

@@ -442,6 +442,19 @@ TEST(NodeJson, RoundTripsWithMigInstances) {
   EXPECT_EQ(to_json(node)["status"]["gpus"][1]["mig_instances"][0]["profile"], "3g.40gb");
 }
 
+TEST(NodeJson, TheServersAllocationFiguresInAnAnswerDecodeAndAreNotKept) {
+  Json answer = to_json(h100_node());
+  answer["status"]["gpus"][0]["allocated_blocks"] = 75;
+  answer["status"]["gpus"][0]["allocated_vram_mib"] = 61440;
+  answer["status"]["gpus"][0]["allocated_jobs"] = 2;
+  auto back = node_from_json(answer);
+  ASSERT_TRUE(back) << back.error().to_string();
+  EXPECT_EQ(*back, h100_node());
+  EXPECT_FALSE(to_json(*back)["status"]["gpus"][0].contains("allocated_blocks"));
+  answer["status"]["gpus"][0]["allocated_shoes"] = 1;
+  EXPECT_FALSE(node_from_json(answer));  // other unknown fields are still refused
+}
+
 TEST(NodeJson, RefusesALayoutNvidiaWouldRefuse) {
   Json j = to_json(h100_node());
   j["status"]["gpus"][1]["mig_instances"].push_back({{"profile", "2g.20gb"}, {"start", 4}});

@@ -222,6 +222,28 @@ TEST_P(InterceptionTest, ABadLimitRefusesCudaAndSaysWhy) {
   EXPECT_THAT(log(), HasSubstr("CNLAB_VGPU_MEMORY_LIMIT=\"lots\""));
 }
 
+#if defined(PROBE_TSAN_BINARY)
+// The library's code built into the probe under ThreadSanitizer (reached by link, not preload):
+// eight threads allocating and freeing at once, against one tenant's limit, race on nothing.
+TEST(VgpuThreadSanitizer, ManyThreadsAllocatingAndFreeingAtOnceRaceOnNothing) {
+  TempDir tmp;
+  std::ofstream(tmp.path() + "/gpus.conf") << "device uuid=" << kUuid << " memory_mib=4096\n";
+  Env e = {{"LD_LIBRARY_PATH", FAKE_CUDA_DIR},
+           {"FAKE_CUDA_CONFIG", tmp.path() + "/gpus.conf"},
+           {"FAKE_CUDA_STATE_DIR", tmp.path() + "/state"},
+           {"CNLAB_VGPU_DIR", tmp.path() + "/vgpu"},
+           {"CNLAB_VGPU_TENANT", "t1"},
+           {"CNLAB_VGPU_MEMORY_LIMIT", "64Mi"},
+           {"TSAN_OPTIONS", "halt_on_error=1 exitcode=66 report_signal_unsafe=0"}};
+  Probe p(PROBE_TSAN_BINARY, {"threads", "8", "200"}, e);
+  auto end = p.wait_for("end_info", 120s);
+  int code = p.finish(120s);
+  EXPECT_EQ(code, 0) << "ThreadSanitizer (exit 66) or a failure:\n" << p.output();
+  ASSERT_TRUE(end) << p.output();
+  EXPECT_EQ(field(*end, "free"), 64 * kMiB);
+}
+#endif
+
 // Agent mode: the test plays the agent, writing the node's limits region and the tenant region.
 class AgentModeTest : public InterceptionTest {
  protected:

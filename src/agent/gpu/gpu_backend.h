@@ -52,6 +52,12 @@ struct GpuUsage {
   std::optional<int> compute_processes;    // absent where the driver could not tell
 };
 
+// How much of a GPU one process used over the last sample period (NVML's process utilization).
+struct ProcessUtilization {
+  int pid = 0;  // in the host's PID namespace
+  int sm_percent = 0;
+};
+
 // A GPU that has just become unhealthy.
 struct HealthEvent {
   int index = 0;
@@ -82,6 +88,13 @@ class GpuBackend {
   // unhealthy in this call. Unhealthiness is sticky: a GPU stays unhealthy until the agent
   // restarts. Call it periodically (every few seconds) from one place in the agent.
   virtual std::vector<HealthEvent> poll_health() = 0;
+
+  // The processes that used GPU `index` since the previous call for it, each with its share of the
+  // time. Empty where the driver cannot tell (a MIG GPU, an old driver, the simulated backend).
+  virtual std::vector<ProcessUtilization> process_utilization(int index) {
+    (void)index;
+    return {};
+  }
 
   // -- MIG primitives, for MigManager. Call MigManager::apply instead: it refuses illegal layouts
   //    before any of these run, checks that the GPU is idle, and diffs.

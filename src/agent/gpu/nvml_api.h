@@ -75,6 +75,16 @@ struct nvmlProcessInfo_t {
   unsigned int computeInstanceId;
 };
 
+// nvmlDeviceGetProcessUtilization fills these: each process's share of a sample period, percent.
+struct nvmlProcessUtilizationSample_t {
+  unsigned int pid;
+  unsigned long long timeStamp;  // CPU timestamp in microseconds
+  unsigned int smUtil;
+  unsigned int memUtil;
+  unsigned int encUtil;
+  unsigned int decUtil;
+};
+
 // nvmlMemoryErrorType_t and nvmlEccCounterType_t.
 inline constexpr unsigned int NVML_MEMORY_ERROR_TYPE_CORRECTED = 0;
 inline constexpr unsigned int NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1;
@@ -203,6 +213,9 @@ nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(nvmlGpuInstance_t gpuInstance,
 nvmlReturn_t nvmlGpuInstanceGetComputeInstances(nvmlGpuInstance_t gpuInstance, unsigned int profileId,
                                                 nvmlComputeInstance_t* computeInstances, unsigned int* count);
 nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t computeInstance);
+
+nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t* utilization,
+                                             unsigned int* processSamplesCount, unsigned long long lastSeenTimeStamp);
 
 nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long* eventTypes);
 nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t* set);

@@ -34,6 +34,7 @@ namespace {
 // Missing ones (an old driver) turn off what they serve: utilization, MIG, ECC, events.
 #define CNLAB_NVML_OPTIONAL(X)                      \
   X(nvmlDeviceGetUtilizationRates)                  \
+  X(nvmlDeviceGetProcessUtilization)                \
   X(nvmlDeviceGetTotalEccErrors)                    \
   X(nvmlDeviceGetMigMode)                           \
   X(nvmlDeviceGetMaxMigDeviceCount)                 \
@@ -147,6 +148,8 @@ struct NvmlBackend::Impl {
   std::vector<Device> devices;
   nvmlEventSet_t events = nullptr;
   mutable std::mutex mu;
+  // Per GPU index: the newest process utilization sample read (the next read asks for newer ones).
+  std::map<int, unsigned long long> last_utilization_sample;
 
   ~Impl() {
     if (events && api.nvmlEventSetFree) api.nvmlEventSetFree(events);
@@ -672,6 +675,34 @@ Result<int> NvmlBackend::compute_processes(int index) {
   auto d = impl_->device(index);
   if (!d) return d.error();
   return impl_->processes(**d);
+}
+
+std::vector<ProcessUtilization> NvmlBackend::process_utilization(int index) {
+  std::lock_guard lock(impl_->mu);
+  std::vector<ProcessUtilization> out;
+  auto d = impl_->device(index);
+  if (!d || !impl_->api.nvmlDeviceGetProcessUtilization) return out;
+  unsigned long long& last_seen = impl_->last_utilization_sample[index];
+  std::vector<nvmlProcessUtilizationSample_t> samples(256);
+  unsigned int count = static_cast<unsigned int>(samples.size());
+  nvmlReturn_t r = impl_->api.nvmlDeviceGetProcessUtilization((*d)->handle, samples.data(), &count, last_seen);
+  if (r == NVML_ERROR_INSUFFICIENT_SIZE) {
+    samples.resize(count);
+    r = impl_->api.nvmlDeviceGetProcessUtilization((*d)->handle, samples.data(), &count, last_seen);
+  }
+  if (r != NVML_SUCCESS) return out;
+  // Several samples of one process in the window: their mean.
+  std::map<unsigned, std::pair<unsigned long long, int>> by_pid;
+  for (unsigned i = 0; i < count && i < samples.size(); ++i) {
+    auto& [sum, n] = by_pid[samples[i].pid];
+    sum += samples[i].smUtil;
+    ++n;
+    last_seen = std::max(last_seen, samples[i].timeStamp);
+  }
+  for (const auto& [pid, sum_n] : by_pid) {
+    out.push_back({static_cast<int>(pid), static_cast<int>(sum_n.first / static_cast<unsigned long long>(sum_n.second))});
+  }
+  return out;
 }
 
 Status NvmlBackend::create_mig_instance(int index, const model::MigInstance& instance) {

@@ -1,0 +1,341 @@
+#include "agent/vgpu_node.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "vgpu/share_controller.h"
+
+namespace cnlab::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using vgpu::kMaxGpus;
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+std::string mib(uint64_t bytes) { return fmt::format("{} MiB", bytes / kMiB); }
+
+}  // namespace
+
+std::string_view to_string(VgpuAction::Kind kind) {
+  switch (kind) {
+    case VgpuAction::Kind::kBurstGranted: return "MemoryBurstGranted";
+    case VgpuAction::Kind::kBurstTakenBack: return "MemoryBurstTakenBack";
+    case VgpuAction::Kind::kMoveRequested: return "MoveRequested";
+  }
+  return "?";
+}
+
+Result<std::unique_ptr<VgpuNode>> VgpuNode::open(Options options) {
+  std::error_code ec;
+  fs::create_directories(options.dir / "tenants", ec);
+  if (ec) return Error::internal("cannot create " + (options.dir / "tenants").string() + ": " + ec.message());
+  // Jobs run as another user: they must reach the files, and only the agent may add to the list.
+  fs::permissions(options.dir, fs::perms(0755), ec);
+  fs::permissions(options.dir / "tenants", fs::perms(0755), ec);
+  if (!fs::exists(options.library, ec)) {
+    return Error::not_found("--vgpu-library", options.library.string(), "the interception library is not there");
+  }
+  auto node = std::unique_ptr<VgpuNode>(new VgpuNode(std::move(options)));
+  std::string limits = (node->options_.dir / "limits").string();
+  vgpu::RegionError e = vgpu::create_limits(limits.c_str(), 0644, &node->limits_);
+  if (e != vgpu::RegionError::kOk) {
+    return Error::internal(fmt::format("vGPU limits region {}: {}", limits, vgpu::region_error_text(e)));
+  }
+  // Tenants left from before a restart: map their regions again (their jobs may be adopted).
+  for (const auto& entry : fs::directory_iterator(node->options_.dir / "tenants", ec)) {
+    std::string job = entry.path().filename().string();
+    if (!vgpu::find_tenant(node->limits_.region, job.c_str())) {
+      fs::remove(entry.path(), ec);
+      continue;
+    }
+    Tenant t;
+    if (vgpu::open_tenant(entry.path().c_str(), false, 0, job.c_str(), &t.region) != vgpu::RegionError::kOk) continue;
+    auto* limits_entry = vgpu::find_tenant(node->limits_.region, job.c_str());
+    for (int g = 0; g < kMaxGpus; ++g) {
+      if (limits_entry->limits.memory_limit[g].load() > 0) t.gpus.push_back(g);
+    }
+    node->tenants_.emplace(job, std::move(t));
+  }
+  return node;
+}
+
+VgpuNode::~VgpuNode() {
+  for (auto& [job, t] : tenants_) vgpu::unmap(&t.region);
+  vgpu::unmap(&limits_);
+}
+
+fs::path VgpuNode::tenant_path(const std::string& job) const { return options_.dir / "tenants" / job; }
+
+int VgpuNode::gpu_entry_locked(const std::string& uuid, uint64_t total_bytes) {
+  vgpu::LimitsRegion* r = limits_.region;
+  int found = vgpu::find_gpu(r->gpus, r->gpu_count.load(), uuid.c_str());
+  if (found >= 0) return found;
+  // A device not listed yet (a GPU, or a MIG instance created since): an empty entry, else one of
+  // a device no tenant holds any more (a destroyed MIG instance's).
+  auto held = [&](int g) {
+    for (const auto& [job, t] : tenants_) {
+      if (std::find(t.gpus.begin(), t.gpus.end(), g) != t.gpus.end()) return true;
+    }
+    return false;
+  };
+  int pick = -1;
+  for (int g = 0; g < kMaxGpus && pick < 0; ++g) {
+    if (r->gpus[g].state.load() == 0) pick = g;
+  }
+  for (int g = 0; g < kMaxGpus && pick < 0; ++g) {
+    if (!held(g)) pick = g;
+  }
+  if (pick >= 0) vgpu::set_gpu(r->gpus, &r->gpu_count, pick, static_cast<uint32_t>(pick), uuid.c_str(), total_bytes);
+  return pick;
+}
+
+Result<std::vector<std::string>> VgpuNode::add_job(const std::string& job, const model::NodeBinding& binding,
+                                                   const std::vector<GpuInfo>& gpus, std::optional<uint32_t> uid,
+                                                   std::optional<uint32_t> gid) {
+  std::lock_guard lock(mutex_);
+  vgpu::LimitsRegion* r = limits_.region;
+  auto* entry = vgpu::find_tenant(r, job.c_str());
+  const bool known = entry != nullptr && tenants_.count(job);
+  if (!entry) entry = vgpu::add_tenant(r, job.c_str());
+  if (!entry) return Error::failed_precondition(fmt::format("this node already runs {} jobs on its GPUs", vgpu::kMaxTenants));
+  Tenant& t = tenants_[job];
+  if (!known) {
+    t.gpus.clear();
+    for (const model::GpuBinding& b : binding.gpus) {
+      if (b.index < 0 || b.index >= static_cast<int>(gpus.size())) {
+        return Error::invalid_argument("placement.gpus.index", std::to_string(b.index), "not a GPU of this node");
+      }
+      const GpuInfo& gpu = gpus[static_cast<size_t>(b.index)];
+      std::string uuid = gpu.uuid;
+      uint64_t total = static_cast<uint64_t>(gpu.memory_mib) * kMiB;
+      int partition_blocks = model::kBlocksPerGpu;
+      if (b.mig_start >= 0) {
+        for (const MigDevice& m : gpu.mig_devices) {
+          if (m.instance.start != b.mig_start) continue;
+          uuid = m.uuid;
+          const auto& profile = model::gpu_model(gpu.model).mig_profiles[static_cast<size_t>(m.instance.profile)];
+          total = static_cast<uint64_t>(profile.memory_mib) * kMiB;
+          partition_blocks = profile.blocks();
+        }
+      }
+      int g = gpu_entry_locked(uuid, total);
+      if (g < 0) return Error::failed_precondition(fmt::format("more than {} GPUs and MIG instances in use", kMaxGpus));
+      uint64_t quota = b.vram_mib > 0 ? static_cast<uint64_t>(b.vram_mib) * kMiB : total;
+      entry->limits.memory_quota[g].store(quota);
+      entry->limits.memory_limit[g].store(quota);
+      int share = partition_blocks > 0 ? std::clamp(b.blocks * 100 / partition_blocks, 1, 100) : 100;
+      entry->limits.compute_share[g].store(static_cast<uint32_t>(share));
+      entry->limits.launch_interval_ns[g].store(0);
+      t.gpus.push_back(g);
+    }
+  }
+  if (!t.region) {
+    fs::path path = tenant_path(job);
+    vgpu::RegionError e = vgpu::open_tenant(path.c_str(), true, 0644, job.c_str(), &t.region);
+    if (e != vgpu::RegionError::kOk) {
+      return Error::internal(fmt::format("tenant region {}: {}", path.string(), vgpu::region_error_text(e)));
+    }
+    if (uid && ::fchown(t.region.fd, *uid, gid.value_or(0)) != 0) {
+      return Error::internal(fmt::format("cannot give {} to uid {}", path.string(), *uid));
+    }
+  }
+  spdlog::info("vgpu tenant registered job=\"{}\" gpus={}", job, t.gpus.size());
+  return std::vector<std::string>{
+      "LD_PRELOAD=" + options_.library.string(),
+      "CNLAB_VGPU_REGION=" + (options_.dir / "limits").string(),
+      "CNLAB_VGPU_DIR=" + options_.dir.string(),
+      "CNLAB_VGPU_TENANT=" + job,
+  };
+}
+
+void VgpuNode::remove_job(const std::string& job) {
+  std::lock_guard lock(mutex_);
+  auto it = tenants_.find(job);
+  if (it != tenants_.end()) {
+    vgpu::unmap(&it->second.region);
+    tenants_.erase(it);
+  }
+  vgpu::remove_tenant(limits_.region, job.c_str());
+  std::error_code ec;
+  fs::remove(tenant_path(job), ec);
+}
+
+void VgpuNode::retain_only(const std::vector<std::string>& keep) {
+  std::vector<std::string> gone;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [job, t] : tenants_) {
+      if (std::find(keep.begin(), keep.end(), job) == keep.end()) gone.push_back(job);
+    }
+  }
+  for (const auto& job : gone) remove_job(job);
+}
+
+std::vector<VgpuTenantSample> VgpuNode::sample(Time now) {
+  std::lock_guard lock(mutex_);
+  std::vector<VgpuTenantSample> out;
+  for (auto& [job, t] : tenants_) {
+    vgpu::TenantRegion* region = t.region.region;
+    auto* entry = vgpu::find_tenant(limits_.region, job.c_str());
+    if (!region || !entry) continue;
+    vgpu::reap_dead_procs(region, t.region.fd, -1);
+    VgpuTenantSample s;
+    s.job = job;
+    for (int g : t.gpus) {
+      VgpuTenantGpu gpu;
+      gpu.uuid = limits_.region->gpus[g].uuid;
+      gpu.usage_bytes = vgpu::tenant_usage(region, g);
+      gpu.limit_bytes = entry->limits.memory_limit[g].load();
+      gpu.quota_bytes = entry->limits.memory_quota[g].load();
+      gpu.peak_bytes = region->peak_usage[g].load();
+      gpu.oom_refusals = region->oom_refusals[g].load();
+      gpu.share_percent = entry->limits.compute_share[g].load();
+      gpu.launch_interval_ns = entry->limits.launch_interval_ns[g].load();
+      s.gpus.push_back(gpu);
+    }
+    for (int g = 0; g < kMaxGpus; ++g) {
+      for (int p = 0; p < vgpu::kMaxProcs; ++p) {
+        s.launches += region->launches[g][p].load(std::memory_order_relaxed);
+        s.copies += region->copies[g][p].load(std::memory_order_relaxed);
+      }
+    }
+    s.ipc_refusals = region->ipc_refusals.load();
+    // Counters of a process that exited go with its slot; any change at all is activity.
+    uint64_t activity = s.launches + s.copies;
+    if (activity != t.last_activity_count) {
+      t.last_activity_count = activity;
+      t.last_active = now;
+    }
+    s.last_active = t.last_active;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::vector<VgpuAction> VgpuNode::control_memory(Time now, const std::function<int(const std::string& job)>& priority_of) {
+  std::lock_guard lock(mutex_);
+  std::vector<VgpuAction> actions;
+  vgpu::LimitsRegion* r = limits_.region;
+  for (int g = 0; g < static_cast<int>(r->gpu_count.load()) && g < kMaxGpus; ++g) {
+    struct Holder {
+      const std::string* job;
+      Tenant* tenant;
+      vgpu::TenantLimits* limits;
+      uint64_t usage, limit, quota;
+    };
+    std::vector<Holder> holders;
+    for (auto& [job, t] : tenants_) {
+      if (std::find(t.gpus.begin(), t.gpus.end(), g) == t.gpus.end() || !t.region) continue;
+      auto* entry = vgpu::find_tenant(r, job.c_str());
+      if (!entry) continue;
+      holders.push_back({&job, &t, &entry->limits, vgpu::tenant_usage(t.region.region, g),
+                         entry->limits.memory_limit[g].load(), entry->limits.memory_quota[g].load()});
+    }
+    if (holders.empty()) continue;
+    const uint64_t total = r->gpus[g].total_bytes.load();
+    // What the GPU's tenants hold or were promised (their quota, or more where they use more).
+    uint64_t claimed = 0, owed = 0, used = 0;
+    for (const Holder& h : holders) {
+      claimed += std::max(h.limit, h.usage);
+      used += h.usage;
+      if (h.usage < h.quota) owed += h.quota - h.usage;
+    }
+    const uint64_t free_now = total > used ? total - used : 0;
+    if (free_now < owed) {
+      // Short: the promised quotas no longer fit beside the bursts. Take back headroom first.
+      for (Holder& h : holders) {
+        uint64_t floor = std::max(h.quota, h.usage);
+        if (h.limit > floor) {
+          h.limits->memory_limit[g].store(floor);
+          actions.push_back({VgpuAction::Kind::kBurstTakenBack, *h.job,
+                             fmt::format("GPU {} short of memory: limit {} -> {} (quota {}, in use {})",
+                                         r->gpus[g].uuid, mib(h.limit), mib(floor), mib(h.quota), mib(h.usage))});
+          h.limit = floor;
+        }
+      }
+      // Still short: someone holds memory beyond its quota that another's quota needs. Name the
+      // cheapest such tenant (lowest priority, then the least memory to move) for a move.
+      uint64_t beyond = 0;
+      for (const Holder& h : holders) beyond += h.usage > h.quota ? h.usage - h.quota : 0;
+      if (beyond > 0) {
+        const Holder* cheapest = nullptr;
+        for (const Holder& h : holders) {
+          if (h.usage <= h.quota) continue;
+          if (h.tenant->last_move_request && now - *h.tenant->last_move_request < options_.move_request_every) continue;
+          if (!cheapest || priority_of(*h.job) < priority_of(*cheapest->job) ||
+              (priority_of(*h.job) == priority_of(*cheapest->job) && h.usage < cheapest->usage)) {
+            cheapest = &h;
+          }
+        }
+        if (cheapest) {
+          cheapest->tenant->last_move_request = now;
+          actions.push_back({VgpuAction::Kind::kMoveRequested, *cheapest->job,
+                             fmt::format("GPU {} short of memory: it holds {} beyond its {} quota, which other jobs' "
+                                         "quotas need ({} promised and not yet used, {} free)",
+                                         r->gpus[g].uuid, mib(cheapest->usage - cheapest->quota), mib(cheapest->quota),
+                                         mib(owed), mib(free_now))});
+        }
+      }
+      continue;
+    }
+    // Room to spare: tenants nearing their limit get a burst from memory no one has claimed.
+    uint64_t unclaimed = total > claimed ? total - claimed : 0;
+    for (Holder& h : holders) {
+      if (unclaimed == 0) break;
+      if (h.limit == 0 || static_cast<double>(h.usage) < options_.near_limit * static_cast<double>(h.limit)) continue;
+      uint64_t step = std::max<uint64_t>(options_.min_burst, static_cast<uint64_t>(options_.burst_step * static_cast<double>(h.quota)));
+      step = std::min(step, unclaimed);
+      h.limits->memory_limit[g].store(h.limit + step);
+      unclaimed -= step;
+      actions.push_back({VgpuAction::Kind::kBurstGranted, *h.job,
+                         fmt::format("GPU {}: limit {} -> {} (quota {}, in use {}; {} unclaimed left)", r->gpus[g].uuid,
+                                     mib(h.limit), mib(h.limit + step), mib(h.quota), mib(h.usage), mib(unclaimed))});
+    }
+  }
+  return actions;
+}
+
+void VgpuNode::control_compute(std::chrono::nanoseconds period,
+                               const std::function<std::map<std::string, double>(const std::string& uuid)>& busy_of) {
+  std::lock_guard lock(mutex_);
+  vgpu::LimitsRegion* r = limits_.region;
+  for (int g = 0; g < static_cast<int>(r->gpu_count.load()) && g < kMaxGpus; ++g) {
+    std::vector<std::pair<Tenant*, vgpu::TenantLimits*>> on_gpu;
+    std::vector<std::string> jobs;
+    for (auto& [job, t] : tenants_) {
+      if (std::find(t.gpus.begin(), t.gpus.end(), g) == t.gpus.end() || !t.region) continue;
+      if (auto* entry = vgpu::find_tenant(r, job.c_str())) {
+        on_gpu.push_back({&t, &entry->limits});
+        jobs.push_back(job);
+      }
+    }
+    if (on_gpu.empty()) continue;
+    bool any_limited = false;
+    for (auto& [t, limits] : on_gpu) any_limited |= limits->compute_share[g].load() < 100 || (limits->flags.load() & vgpu::kHardShare);
+    if (!any_limited) continue;
+    std::map<std::string, double> busy = busy_of(r->gpus[g].uuid);
+    std::vector<vgpu::ShareInput> inputs;
+    for (size_t i = 0; i < on_gpu.size(); ++i) {
+      auto [t, limits] = on_gpu[i];
+      uint64_t launches = 0;
+      for (int p = 0; p < vgpu::kMaxProcs; ++p) launches += t->region.region->launches[g][p].load(std::memory_order_relaxed);
+      vgpu::ShareInput in;
+      in.share = limits->compute_share[g].load() / 100.0;
+      in.hard = (limits->flags.load() & vgpu::kHardShare) != 0;
+      auto b = busy.find(jobs[i]);
+      in.busy = b == busy.end() ? 0 : std::min(1.0, b->second);
+      in.launches = launches >= t->last_launches[g] ? launches - t->last_launches[g] : 0;
+      t->last_launches[g] = launches;
+      in.interval_ns = limits->launch_interval_ns[g].load();
+      inputs.push_back(in);
+    }
+    std::vector<uint64_t> intervals(inputs.size());
+    vgpu::next_intervals(inputs.data(), inputs.size(), static_cast<uint64_t>(period.count()), intervals.data());
+    for (size_t i = 0; i < on_gpu.size(); ++i) on_gpu[i].second->launch_interval_ns[g].store(intervals[i]);
+  }
+}
+
+}  // namespace cnlab::agent
