@@ -24,6 +24,8 @@ class InterceptionTest : public ::testing::TestWithParam<const char*> {
   void SetUp() override {
     std::ofstream(tmp_.path() + "/gpus.conf") << "device name=\"NVIDIA H100 80GB HBM3\" uuid=" << kUuid
                                               << " memory_mib=4096\n";
+    std::ofstream(tmp_.path() + "/nvml.conf") << "gpu name=\"NVIDIA H100 80GB HBM3\" uuid=" << kUuid
+                                              << " memory_mib=4096 used_mib=0\n";
     std::filesystem::create_directories(vgpu_dir());
   }
 
@@ -36,6 +38,7 @@ class InterceptionTest : public ::testing::TestWithParam<const char*> {
              {"LD_LIBRARY_PATH", std::string(FAKE_CUDA_DIR) + ":" + FAKE_NVML_DIR},
              {"FAKE_CUDA_CONFIG", tmp_.path() + "/gpus.conf"},
              {"FAKE_CUDA_STATE_DIR", tmp_.path() + "/state"},
+             {"FAKE_NVML_CONFIG", tmp_.path() + "/nvml.conf"},
              {"CNLAB_VGPU_DIR", vgpu_dir()},
              {"CNLAB_VGPU_LOG", "info"},
              {"CNLAB_VGPU_LOG_FILE", log_path()}};
@@ -209,6 +212,19 @@ TEST_P(InterceptionTest, AForkedChildIsAProcessOfTheSameTenantWithItsOwnSlot) {
   EXPECT_EQ(field(line_of(out, "parent_info"), "free"), 212 * kMiB) << out;
 }
 
+TEST_P(InterceptionTest, NvmlAndCudaReportTheSameQuotaAndUsage) {
+  std::string out = run({"nvml", "300"}, tenant("t1", "1Gi"));
+  std::string v1 = line_of(out, "nvml_v1"), v2 = line_of(out, "nvml_v2"), cuda = line_of(out, "cuda_info");
+  ASSERT_EQ(field(v1, "nvml_v1"), 0) << out << log();
+  ASSERT_EQ(field(v2, "nvml_v2"), 0) << out;
+  for (const std::string& line : {v1, v2, cuda}) {
+    EXPECT_EQ(field(line, "total"), 1024 * kMiB) << line;
+    EXPECT_EQ(field(line, "free"), 724 * kMiB) << line;
+  }
+  EXPECT_EQ(field(v1, "used"), 300 * kMiB);
+  EXPECT_EQ(field(v2, "used"), 300 * kMiB);
+}
+
 TEST_P(InterceptionTest, TheRuntimesPrivateExportTablesPassThroughUntouched) {
   std::string out = run({"export-table"}, tenant("t1", "1Gi"));
   EXPECT_EQ(field(line_of(out, "export_table"), "export_table"), 0) << out;
@@ -220,6 +236,61 @@ TEST_P(InterceptionTest, ABadLimitRefusesCudaAndSaysWhy) {
   EXPECT_EQ(p.finish(), 2);
   EXPECT_THAT(p.output(), HasSubstr("init 3"));  // CUDA_ERROR_NOT_INITIALIZED
   EXPECT_THAT(log(), HasSubstr("CNLAB_VGPU_MEMORY_LIMIT=\"lots\""));
+}
+
+// The compute share, standalone: each tenant's own controller paces its launches from the GPU
+// time NVML reports per process (here, the driver test double's timeline: one kernel at a time,
+// first come first served). What each got is the double's own count of its kernels' time.
+class ComputeShareTest : public InterceptionTest {
+ protected:
+  Env share(const std::string& id, int percent, bool hard = false) const {
+    Env e = env({{"CNLAB_VGPU_TENANT", id}, {"CNLAB_VGPU_COMPUTE_SHARE", std::to_string(percent)}});
+    if (hard) e["CNLAB_VGPU_HARD_SHARE"] = "1";
+    return e;
+  }
+  // The busy ns a launch probe reported at its mark nearest `ms`.
+  static std::pair<long long, long long> busy_at(const Probe& p, long long ms) {
+    long long best = -1, busy = 0, at = 0;
+    for (const auto& line : p.lines()) {
+      if (line.rfind("busy ", 0) != 0) continue;
+      long long t = field(line, "at_ms");
+      if (best < 0 || std::llabs(t - ms) < best) best = std::llabs(t - ms), busy = field(line, "busy"), at = t;
+    }
+    return {busy, at};
+  }
+};
+
+TEST_P(ComputeShareTest, TenantsAt30And70OfABusyGpuGetTheirShares) {
+  auto a = start({"launch", "spin_200us", "7", "8"}, share("thirty", 30));
+  auto b = start({"launch", "spin_200us", "7", "8"}, share("seventy", 70));
+  ASSERT_TRUE(a->wait_for("launched", 30s)) << a->output() << log();
+  ASSERT_TRUE(b->wait_for("launched", 30s)) << b->output();
+  // After 3 s to settle, over the next 3.5 s.
+  auto [a0, ta0] = busy_at(*a, 3000);
+  auto [a1, ta1] = busy_at(*a, 6500);
+  auto [b0, tb0] = busy_at(*b, 3000);
+  auto [b1, tb1] = busy_at(*b, 6500);
+  double got_a = static_cast<double>(a1 - a0), got_b = static_cast<double>(b1 - b0);
+  ASSERT_GT(got_a + got_b, 0) << a->output() << b->output();
+  double share_a = 100 * got_a / (got_a + got_b);
+  EXPECT_NEAR(share_a, 30, 5) << "a: " << a->output() << "\nb: " << b->output() << log();
+  // The GPU stayed busy: the two together used (nearly) all of it.
+  double wall = 1e6 * static_cast<double>(std::min(ta1, tb1) - std::max(ta0, tb0));
+  EXPECT_GT((got_a + got_b) / wall, 0.85);
+}
+
+TEST_P(ComputeShareTest, ALoneTenantGetsTheWholeGpuUnlessItsShareIsHard) {
+  auto soft = start({"launch", "spin_200us", "4", "8"}, share("alone", 30));
+  ASSERT_TRUE(soft->wait_for("launched", 30s)) << soft->output() << log();
+  auto [s0, ts0] = busy_at(*soft, 1500);
+  auto [s1, ts1] = busy_at(*soft, 3500);
+  EXPECT_GT(static_cast<double>(s1 - s0) / (1e6 * static_cast<double>(ts1 - ts0)), 0.9) << soft->output();
+
+  auto hard = start({"launch", "spin_200us", "5", "8"}, share("capped", 30, true));
+  ASSERT_TRUE(hard->wait_for("launched", 30s)) << hard->output() << log();
+  auto [h0, th0] = busy_at(*hard, 2000);
+  auto [h1, th1] = busy_at(*hard, 4500);
+  EXPECT_NEAR(100 * static_cast<double>(h1 - h0) / (1e6 * static_cast<double>(th1 - th0)), 30, 5) << hard->output();
 }
 
 #if defined(PROBE_TSAN_BINARY)
@@ -311,6 +382,7 @@ TEST_P(AgentModeTest, AGpuTheAgentDidNotListIsRefused) {
 
 INSTANTIATE_TEST_SUITE_P(BothWaysToTheDriver, InterceptionTest, ::testing::Values(PROBE_LINKED_BINARY, PROBE_DLOPEN_BINARY),
                          [](const auto& info) { return std::string(info.index == 0 ? "Linked" : "Dlopen"); });
+INSTANTIATE_TEST_SUITE_P(Linked, ComputeShareTest, ::testing::Values(PROBE_LINKED_BINARY));
 INSTANTIATE_TEST_SUITE_P(BothWaysToTheDriver, AgentModeTest, ::testing::Values(PROBE_LINKED_BINARY, PROBE_DLOPEN_BINARY),
                          [](const auto& info) { return std::string(info.index == 0 ? "Linked" : "Dlopen"); });
 

@@ -496,15 +496,57 @@ int launch(int argc, char** argv) {
   d.ModuleGetFunction(&f, module, argv[2]);
   double seconds = std::atof(argv[3]);
   int batch = argc > 4 ? std::atoi(argv[4]) : 8;
-  auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  // The driver test double's own count of this process's GPU time, printed every half second.
+  using BusyHook = unsigned long long (*)(int, int);
+  auto busy = reinterpret_cast<BusyHook>(dlsym(RTLD_DEFAULT, "fake_cuda_busy_ns"));
+  auto start = std::chrono::steady_clock::now();
+  auto end = start + std::chrono::duration<double>(seconds);
+  auto next_mark = start;
   long long launched = 0;
   while (std::chrono::steady_clock::now() < end) {
     for (int i = 0; i < batch; ++i) {
       if (d.LaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr) == CUDA_SUCCESS) ++launched;
     }
     d.CtxSynchronize();
+    auto now = std::chrono::steady_clock::now();
+    if (busy && now >= next_mark) {
+      long long ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count();
+      std::printf("busy %lld at_ms %lld\n", static_cast<long long>(busy(0, static_cast<int>(::getpid()))), ms);
+      next_mark += std::chrono::milliseconds(500);
+    }
   }
   say("launched", launched);
+  return 0;
+}
+
+// nvml MIB: allocate MIB, then read the memory through NVML (v1 and v2) and through CUDA.
+int nvml_view(int, char** argv) {
+  struct Memory {
+    unsigned long long total, free, used;
+  };
+  struct MemoryV2 {
+    unsigned int version;
+    unsigned long long total, reserved, free, used;
+  };
+  void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!nvml) return 3;
+  auto init = reinterpret_cast<int (*)()>(dlsym(nvml, "nvmlInit_v2"));
+  auto by_index = reinterpret_cast<int (*)(unsigned, void**)>(dlsym(nvml, "nvmlDeviceGetHandleByIndex_v2"));
+  auto memory = reinterpret_cast<int (*)(void*, Memory*)>(dlsym(nvml, "nvmlDeviceGetMemoryInfo"));
+  auto memory2 = reinterpret_cast<int (*)(void*, MemoryV2*)>(dlsym(nvml, "nvmlDeviceGetMemoryInfo_v2"));
+  if (!init || !by_index || !memory || !memory2 || init() != 0) return 3;
+  CUdeviceptr p = 0;
+  say("alloc", d.MemAlloc(&p, std::strtoull(argv[2], nullptr, 10) * kMiB));
+  void* device = nullptr;
+  by_index(0, &device);
+  Memory m{};
+  MemoryV2 m2{};
+  m2.version = static_cast<unsigned>(sizeof m2) | (2u << 24);
+  int r1 = memory(device, &m);
+  int r2 = memory2(device, &m2);
+  std::printf("nvml_v1 %d total %llu free %llu used %llu\n", r1, m.total, m.free, m.used);
+  std::printf("nvml_v2 %d total %llu free %llu used %llu\n", r2, m2.total, m2.free, m2.used);
+  info("cuda");
   return 0;
 }
 
@@ -558,6 +600,7 @@ int main(int argc, char** argv) {
   else if (scenario == "threads") threads(argc, argv);
   else if (scenario == "launch") launch(argc, argv);
   else if (scenario == "export-table") export_table(argc, argv);
+  else if (scenario == "nvml") nvml_view(argc, argv);
   else if (scenario == "fork") fork_child(argc, argv);
   else return 64;
   std::fflush(stdout);
