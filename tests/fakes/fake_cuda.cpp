@@ -33,7 +33,7 @@
 //   FAKE_CUDA_KERNEL_US       simulated duration of a kernel whose name carries none (default 10).
 //
 // Shared state: <dir>/<uuid>.v1.<boot>.state (<boot>: 8 hex digits of this boot's id, since clock
-// and process start times restart at boot), one file per device UUID, mode 0600, mapped by every
+// and process start times restart at boot), one file per device UUID, mode 0666 (as a device node: every user's processes share the GPU), mapped by every
 // process (the "GPU" is shared, as a real one is), created race-free (built under a temporary name,
 // then link()ed into place). It holds, as lock-free std::atomic words: a table of 256 process rows
 // (pid + start time packed in one word, so a reused pid is not confused; counted device-memory

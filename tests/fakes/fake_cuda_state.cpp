@@ -354,7 +354,10 @@ SharedDevice* open_shared(const std::string& dir, const DeviceConfig& device, st
     std::random_device rd;
     const std::string tmp = dir + "/." + device.uuid_text + "." + std::to_string(getpid()) + "." +
                             std::to_string(rd()) + ".tmp";
-    int tfd = open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    // Readable and writable by every user, as a GPU's device node is: an agent running as root and
+    // the jobs it runs as another user share one device.
+    int tfd = open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (tfd >= 0) fchmod(tfd, 0666);
     if (tfd < 0) {
       error = "cannot create " + tmp + ": " + std::strerror(errno);
       return nullptr;

@@ -362,12 +362,17 @@ int vmm_release_while_mapped(int, char** argv) {
   return 0;
 }
 
-// hold MIB: allocate, say so, keep it until stdin closes.
-int hold_memory(int, char** argv) {
+// hold MIB [SECONDS]: allocate, say so, keep it until stdin closes (or for SECONDS).
+int hold_memory(int argc, char** argv) {
   CUdeviceptr p = 0;
   say("alloc", d.MemAlloc(&p, std::strtoull(argv[2], nullptr, 10) * kMiB));
   info("held");
-  hold();
+  if (argc > 3) {
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(argv[3])));
+  } else {
+    hold();
+  }
   return 0;
 }
 
@@ -456,6 +461,29 @@ int grow(int, char** argv) {
     info("grow");
     std::fflush(stdout);
   } while (std::fgets(line, sizeof line, stdin));
+  return 0;
+}
+
+// grow-for SECONDS STEP_MIB: allocate STEP until refused, again every 200 ms for SECONDS (its limit
+// may grow meanwhile); say how much it holds whenever that changes.
+int grow_for(int, char** argv) {
+  auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(std::atof(argv[2]));
+  size_t step = std::strtoull(argv[3], nullptr, 10) * kMiB;
+  std::vector<CUdeviceptr> held;
+  size_t said = ~size_t{0};
+  while (std::chrono::steady_clock::now() < end) {
+    for (;;) {
+      CUdeviceptr p = 0;
+      if (d.MemAlloc(&p, step) != CUDA_SUCCESS) break;
+      held.push_back(p);
+    }
+    if (held.size() != said) {
+      said = held.size();
+      say("holding_mib", static_cast<long long>(held.size() * step / kMiB));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  info("grown");
   return 0;
 }
 
@@ -597,6 +625,7 @@ int main(int argc, char** argv) {
   else if (scenario == "vmm-export") vmm_export(argc, argv);
   else if (scenario == "vmm-import") vmm_import(argc, argv);
   else if (scenario == "grow") grow(argc, argv);
+  else if (scenario == "grow-for") grow_for(argc, argv);
   else if (scenario == "threads") threads(argc, argv);
   else if (scenario == "launch") launch(argc, argv);
   else if (scenario == "export-table") export_table(argc, argv);
