@@ -1,7 +1,7 @@
 // The few NVML (libnvidia-ml.so.1) declarations the interception library needs, written from NVML's
 // public API reference (nvml.h is not installed where CNLab builds). Types and function types only,
-// in a namespace; the hooks are defined with C linkage under the real names (hooks_memory_info.cpp).
-// tests/vgpu/nvml_api_check.cpp checks the layouts against the agent's fuller declarations.
+// in a namespace; the hooks are defined with C linkage under the real names (memory_info.cpp).
+// tests/vgpu/cuda_api_check.cpp checks them against the agent's fuller declarations.
 #pragma once
 
 namespace cnlab::vgpu::nvml {
