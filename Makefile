@@ -26,6 +26,7 @@ bench: build
 	@$(BUILD)/bench/server_bench --all
 	@$(BUILD)/bench/agent_bench --all
 	@$(BUILD)/bench/cli_bench --all
+	@if [ -x $(BUILD)/bench/vgpu_bench ]; then $(BUILD)/bench/vgpu_bench --all; else echo "vgpu_bench: not built (no CUDA headers)"; fi
 
 check: deps
 	@cmake -S . -B $(BUILD_ASAN) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Debug -DCNLAB_SANITIZE=ON -DCNLAB_BUILD_BENCH=OFF >/dev/null

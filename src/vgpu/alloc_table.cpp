@@ -25,6 +25,7 @@ AllocTable::AllocTable() {
                     -1, 0);
   if (at == MAP_FAILED) std::abort();  // 16 MiB of address space: without it nothing else would work
   slots_ = static_cast<Slot*>(at);      // zero-filled: every key empty
+  ::madvise(at, kSlots * sizeof(Slot), MADV_HUGEPAGE);  // fewer TLB misses where the kernel allows
   overflow_ = static_cast<Overflow*>(std::calloc(1, sizeof(Overflow)));
   if (!overflow_) std::abort();
   pthread_mutex_init(&overflow_->mutex, nullptr);
@@ -48,27 +49,26 @@ AllocInfo AllocTable::unpack(uint64_t value) {
 }
 
 namespace {
-inline uint64_t slot_of(uint64_t key) {
-  // Fibonacci hashing: allocations are aligned, so the low bits alone would cluster.
-  return (key * 0x9E3779B97F4A7C15ull) >> 44;  // 64 - 20 bits
-}
+// By address, in 512-byte steps (the driver's smallest alignment): consecutive allocations land in
+// consecutive slots and a reused address in its old slot, so the table is walked, not scattered
+// over (a random slot per allocation costs a cache and TLB miss each, ~200 ns measured).
+inline uint64_t slot_of(uint64_t key) { return (key >> 9) & ((uint64_t{1} << 20) - 1); }
 }  // namespace
 
 void AllocTable::insert(AllocKind kind, uint64_t handle, AllocInfo info) {
   const uint64_t key = key_of(kind, handle);
   const uint64_t value = pack(info);
-  if (key != 0 && key != kTombstone) {
+  if (key != 0 && key != kTombstone && key != kBusy) {
     uint64_t at = slot_of(key);
     for (int probe = 0; probe < kMaxProbe; ++probe, at = (at + 1) & (kSlots - 1)) {
       Slot& s = slots_[at];
       uint64_t seen = s.key.load(std::memory_order_acquire);
       if (seen != 0 && seen != kTombstone) continue;
-      // The value first, then the key with release: a reader that sees the key sees the value.
-      // Two inserters cannot both win the slot (the compare-exchange); the loser probes on.
-      if (s.key.compare_exchange_strong(seen, kTombstone, std::memory_order_acq_rel)) {
+      // Reserve the slot (busy), write the value, then publish the key with release: a reader that
+      // sees the key sees the value. Two inserters cannot both win the slot; the loser probes on.
+      if (s.key.compare_exchange_strong(seen, kBusy, std::memory_order_acq_rel)) {
         s.value.store(value, std::memory_order_relaxed);
         s.key.store(key, std::memory_order_release);
-        live_.fetch_add(1, std::memory_order_relaxed);
         return;
       }
     }
@@ -83,12 +83,11 @@ void AllocTable::insert(AllocKind kind, uint64_t handle, AllocInfo info) {
   }
   overflow_->entries[overflow_->count++] = {key, value};
   pthread_mutex_unlock(&overflow_->mutex);
-  live_.fetch_add(1, std::memory_order_relaxed);
 }
 
 bool AllocTable::remove(AllocKind kind, uint64_t handle, AllocInfo* info) {
   const uint64_t key = key_of(kind, handle);
-  if (key != 0 && key != kTombstone) {
+  if (key != 0 && key != kTombstone && key != kBusy) {
     uint64_t at = slot_of(key);
     for (int probe = 0; probe < kMaxProbe; ++probe, at = (at + 1) & (kSlots - 1)) {
       Slot& s = slots_[at];
@@ -98,7 +97,6 @@ bool AllocTable::remove(AllocKind kind, uint64_t handle, AllocInfo* info) {
       uint64_t value = s.value.load(std::memory_order_relaxed);
       if (s.key.compare_exchange_strong(seen, kTombstone, std::memory_order_acq_rel)) {
         if (info) *info = unpack(value);
-        live_.fetch_sub(1, std::memory_order_relaxed);
         return true;
       }
       return false;  // a concurrent free of the same handle won: the caller's free is a double free
@@ -114,13 +112,12 @@ bool AllocTable::remove(AllocKind kind, uint64_t handle, AllocInfo* info) {
     break;
   }
   pthread_mutex_unlock(&overflow_->mutex);
-  if (found) live_.fetch_sub(1, std::memory_order_relaxed);
   return found;
 }
 
 bool AllocTable::find(AllocKind kind, uint64_t handle, AllocInfo* info) const {
   const uint64_t key = key_of(kind, handle);
-  if (key != 0 && key != kTombstone) {
+  if (key != 0 && key != kTombstone && key != kBusy) {
     uint64_t at = slot_of(key);
     for (int probe = 0; probe < kMaxProbe; ++probe, at = (at + 1) & (kSlots - 1)) {
       const Slot& s = slots_[at];
@@ -141,6 +138,18 @@ bool AllocTable::find(AllocKind kind, uint64_t handle, AllocInfo* info) const {
   }
   pthread_mutex_unlock(&overflow_->mutex);
   return found;
+}
+
+uint64_t AllocTable::size() const {
+  uint64_t n = 0;
+  for (uint64_t i = 0; i < kSlots; ++i) {
+    uint64_t k = slots_[i].key.load(std::memory_order_relaxed);
+    n += k != 0 && k != kTombstone && k != kBusy;
+  }
+  pthread_mutex_lock(&overflow_->mutex);
+  n += overflow_->count;
+  pthread_mutex_unlock(&overflow_->mutex);
+  return n;
 }
 
 }  // namespace cnlab::vgpu

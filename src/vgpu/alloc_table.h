@@ -35,15 +35,17 @@ class AllocTable {
   bool remove(AllocKind kind, uint64_t handle, AllocInfo* info);
   // Reads without removing.
   bool find(AllocKind kind, uint64_t handle, AllocInfo* info) const;
-  // Live entries (tests and statistics; not exact under concurrent change).
-  uint64_t size() const { return live_.load(std::memory_order_relaxed); }
+  // Live entries, by a scan of the whole table (tests; not exact under concurrent change). No
+  // counter is kept: a shared one would be written by every thread's every allocation.
+  uint64_t size() const;
 
  private:
   struct Slot {
-    std::atomic<uint64_t> key;    // 0 empty, kTombstone removed, else the key
+    std::atomic<uint64_t> key;    // 0 empty, kTombstone removed, kBusy being filled, else the key
     std::atomic<uint64_t> value;  // bytes << 8 | gpu
   };
   static constexpr uint64_t kTombstone = ~uint64_t{0};
+  static constexpr uint64_t kBusy = ~uint64_t{1};  // being filled by an insert
   static constexpr uint64_t kSlots = uint64_t{1} << 20;
   static constexpr int kMaxProbe = 128;
 
@@ -52,7 +54,6 @@ class AllocTable {
   static AllocInfo unpack(uint64_t value);
 
   Slot* slots_ = nullptr;
-  std::atomic<uint64_t> live_{0};
   struct Overflow;
   Overflow* overflow_ = nullptr;
 };

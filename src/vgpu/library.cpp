@@ -150,10 +150,9 @@ bool do_attach() {
   if (slot < 0) return refuse("tenant=\"%s\": %s", l.config.tenant, "64 of its processes already use CUDA");
   l.slot = slot;
   for (auto& d : l.device_gpu) d.store(-1);
-  static bool hooks_installed = false;
-  if (!hooks_installed) {
-    hooks_installed = true;
-    std::atexit(detach_at_exit);
+  static bool fork_handler_installed = false;
+  if (!fork_handler_installed) {
+    fork_handler_installed = true;
     pthread_atfork(nullptr, nullptr, reset_in_child);
   }
   log_line(LogLevel::kInfo, "attached tenant=\"%s\" slot=%d mode=%s", l.config.tenant, slot,
@@ -247,7 +246,16 @@ bool attach() {
     l.phase.store(1);
     bool ok = do_attach();
     l.phase.store(ok ? 2 : 3, std::memory_order_release);
-    if (ok) start_share_control();
+    if (ok) {
+      start_share_control();
+      // Registered after the controller has loaded NVML: exit handlers run last-registered first,
+      // so ours stops the controller before NVML's own statics are destroyed under it.
+      static bool exit_handler_installed = false;
+      if (!exit_handler_installed) {
+        exit_handler_installed = true;
+        std::atexit(detach_at_exit);
+      }
+    }
   }
   pthread_mutex_unlock(&g_attach_mutex);
   return l.phase.load(std::memory_order_acquire) == 2;

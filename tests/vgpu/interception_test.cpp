@@ -265,6 +265,8 @@ TEST_P(ComputeShareTest, TenantsAt30And70OfABusyGpuGetTheirShares) {
   auto b = start({"launch", "spin_200us", "7", "8"}, share("seventy", 70));
   ASSERT_TRUE(a->wait_for("launched", 30s)) << a->output() << log();
   ASSERT_TRUE(b->wait_for("launched", 30s)) << b->output();
+  EXPECT_EQ(a->finish(), 0);  // its controller thread stopped cleanly at exit
+  EXPECT_EQ(b->finish(), 0);
   // After 3 s to settle, over the next 3.5 s.
   auto [a0, ta0] = busy_at(*a, 3000);
   auto [a1, ta1] = busy_at(*a, 6500);
@@ -282,12 +284,14 @@ TEST_P(ComputeShareTest, TenantsAt30And70OfABusyGpuGetTheirShares) {
 TEST_P(ComputeShareTest, ALoneTenantGetsTheWholeGpuUnlessItsShareIsHard) {
   auto soft = start({"launch", "spin_200us", "4", "8"}, share("alone", 30));
   ASSERT_TRUE(soft->wait_for("launched", 30s)) << soft->output() << log();
+  EXPECT_EQ(soft->finish(), 0);
   auto [s0, ts0] = busy_at(*soft, 1500);
   auto [s1, ts1] = busy_at(*soft, 3500);
   EXPECT_GT(static_cast<double>(s1 - s0) / (1e6 * static_cast<double>(ts1 - ts0)), 0.9) << soft->output();
 
   auto hard = start({"launch", "spin_200us", "5", "8"}, share("capped", 30, true));
   ASSERT_TRUE(hard->wait_for("launched", 30s)) << hard->output() << log();
+  EXPECT_EQ(hard->finish(), 0);
   auto [h0, th0] = busy_at(*hard, 2000);
   auto [h1, th1] = busy_at(*hard, 4500);
   EXPECT_NEAR(100 * static_cast<double>(h1 - h0) / (1e6 * static_cast<double>(th1 - th0)), 30, 5) << hard->output();
