@@ -712,6 +712,7 @@ net::Response AgentImpl::serve_metrics(const net::Request& request) {
     }
   }
   input.counters = &counters_;
+  if (vgpu_control_) input.vgpu = vgpu_control_->last_sample();
   input.heartbeats_ok = heartbeats_ok_;
   input.heartbeats_failed = heartbeats_failed_;
   auto [rss, cpu] = own_usage();

@@ -93,6 +93,36 @@ std::string render_agent_metrics(const AgentMetricsInput& in) {
       w.sample("cnlab_agent_job_vram_quota_bytes", labels, static_cast<double>(g.vram_mib) * 1048576.0);
     }
   }
+  // From the interception library, per job and GPU (uuid: the GPU's or its MIG instance's).
+  w.family("cnlab_agent_vgpu_memory_used_bytes", "gauge", "VRAM a job's processes hold on one GPU, as libcnlab-vgpu.so counts it");
+  w.family("cnlab_agent_vgpu_memory_limit_bytes", "gauge", "A job's VRAM limit on one GPU now: its quota and any burst granted");
+  w.family("cnlab_agent_vgpu_memory_quota_bytes", "gauge", "A job's guaranteed VRAM quota on one GPU");
+  w.family("cnlab_agent_vgpu_oom_refusals_total", "counter", "Allocations of a job refused for its VRAM limit");
+  w.family("cnlab_agent_vgpu_launch_interval_seconds", "gauge", "The pacing of a job's kernel launches on one GPU (0: none)");
+  for (const auto& t : in.vgpu) {
+    for (const auto& g : t.gpus) {
+      std::vector<std::pair<const char*, std::string>> labels = {{"job", t.job}, {"uuid", g.uuid}};
+      w.sample("cnlab_agent_vgpu_memory_used_bytes", labels, static_cast<double>(g.usage_bytes));
+      w.sample("cnlab_agent_vgpu_memory_limit_bytes", labels, static_cast<double>(g.limit_bytes));
+      w.sample("cnlab_agent_vgpu_memory_quota_bytes", labels, static_cast<double>(g.quota_bytes));
+      w.sample("cnlab_agent_vgpu_oom_refusals_total", labels, static_cast<double>(g.oom_refusals));
+      w.sample("cnlab_agent_vgpu_launch_interval_seconds", labels, static_cast<double>(g.launch_interval_ns) / 1e9);
+    }
+  }
+  w.family("cnlab_agent_vgpu_launches_total", "counter", "Kernel launches of a job's processes");
+  w.family("cnlab_agent_vgpu_copies_total", "counter", "Memory copies of a job's processes");
+  w.family("cnlab_agent_vgpu_ipc_refusals_total", "counter", "CUDA IPC handles of other tenants a job tried to open");
+  w.family("cnlab_agent_vgpu_last_active_timestamp_seconds", "gauge", "When a job last launched a kernel or copied memory");
+  for (const auto& t : in.vgpu) {
+    std::vector<std::pair<const char*, std::string>> labels = {{"job", t.job}};
+    w.sample("cnlab_agent_vgpu_launches_total", labels, static_cast<double>(t.launches));
+    w.sample("cnlab_agent_vgpu_copies_total", labels, static_cast<double>(t.copies));
+    w.sample("cnlab_agent_vgpu_ipc_refusals_total", labels, static_cast<double>(t.ipc_refusals));
+    if (t.last_active) {
+      w.sample("cnlab_agent_vgpu_last_active_timestamp_seconds", labels,
+               static_cast<double>(t.last_active->time_since_epoch().count()));
+    }
+  }
   int running = 0;
   for (const auto& j : in.jobs) running += j.running;
   w.family("cnlab_agent_jobs_running", "gauge", "Job processes running on this node");

@@ -9,6 +9,7 @@
 
 #include "agent/gpu/gpu.h"
 #include "agent/job_runner.h"
+#include "agent/vgpu_node.h"
 #include "model/job.h"
 
 namespace cnlab::agent {
@@ -30,6 +31,9 @@ struct AgentMetricsInput {
   int64_t heartbeats_failed = 0;
   int64_t rss_bytes = 0;
   double cpu_seconds = 0;
+  // What libcnlab-vgpu.so's tenants (the jobs holding GPUs) recorded, as the vGPU loop last saw it;
+  // empty without the library.
+  std::vector<VgpuTenantSample> vgpu;
 };
 
 std::string render_agent_metrics(const AgentMetricsInput& input);

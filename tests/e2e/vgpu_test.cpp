@@ -117,10 +117,17 @@ TEST_F(VgpuTest, AJobsCudaSeesTheVramItsBlocksWereGivenAndNoMore) {
   EXPECT_THAT(agent_->log(), HasSubstr("vgpu tenant registered job=\"" + id + "\""));
 }
 
-TEST_F(VgpuTest, TheGpuUseOfAJobReachesTheServer) {
-  std::string id = submit({"launch", "noop_0us", "2"}, "h100-25");
+TEST_F(VgpuTest, TheGpuUseOfAJobReachesTheServerAndTheAgentsMetrics) {
+  std::string id = submit({"launch", "noop_0us", "3"}, "h100-25");
   ASSERT_TRUE(eventually([&] { return get_job(*admin_, id)["status"].contains("gpu_active_at"); }, 20s))
       << get_job(*admin_, id).dump() << agent_->log();
+  auto metrics = net::Client::connect({agent_->metrics_url(), "", ""});
+  ASSERT_TRUE(metrics);
+  auto scraped = (*metrics)->request("GET", "/metrics");
+  ASSERT_TRUE(scraped);
+  EXPECT_THAT(scraped->body, HasSubstr("cnlab_agent_vgpu_memory_quota_bytes{job=\"" + id + "\",uuid=\"" + kUuid +
+                                       "\"} 1073741824"));
+  EXPECT_THAT(scraped->body, HasSubstr("cnlab_agent_vgpu_launches_total{job=\"" + id + "\"}"));
   EXPECT_EQ(wait_for_end(id)["status"]["phase"], "Succeeded");
 }
 
