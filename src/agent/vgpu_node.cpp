@@ -320,15 +320,27 @@ void VgpuNode::control_compute(std::chrono::nanoseconds period,
     std::vector<vgpu::ShareInput> inputs;
     for (size_t i = 0; i < on_gpu.size(); ++i) {
       auto [t, limits] = on_gpu[i];
-      uint64_t launches = 0;
-      for (int p = 0; p < vgpu::kMaxProcs; ++p) launches += t->region.region->launches[g][p].load(std::memory_order_relaxed);
+      uint64_t launches = 0, waited = 0;
+      const vgpu::TenantRegion* region = t->region.region;
+      for (int p = 0; p < vgpu::kMaxProcs; ++p) {
+        launches += region->launches[g][p].load(std::memory_order_relaxed);
+        waited += region->waited_ns[g][p].load(std::memory_order_relaxed);
+      }
+      uint64_t paced = region->paced_ns[g].load(std::memory_order_relaxed);
+      auto since = [](uint64_t now, uint64_t& last) {
+        uint64_t d = now >= last ? now - last : 0;
+        last = now;
+        return d;
+      };
+      const double period_ns = static_cast<double>(period.count());
       vgpu::ShareInput in;
+      in.waiting = static_cast<double>(since(waited, t->last_waited[g])) / period_ns;
+      in.paced = static_cast<double>(since(paced, t->last_paced[g])) / period_ns;
       in.share = limits->compute_share[g].load() / 100.0;
       in.hard = (limits->flags.load() & vgpu::kHardShare) != 0;
       auto b = busy.find(jobs[i]);
       in.busy = b == busy.end() ? 0 : std::min(1.0, b->second);
-      in.launches = launches >= t->last_launches[g] ? launches - t->last_launches[g] : 0;
-      t->last_launches[g] = launches;
+      in.launches = since(launches, t->last_launches[g]);
       in.interval_ns = limits->launch_interval_ns[g].load();
       inputs.push_back(in);
     }

@@ -115,6 +115,8 @@ class VgpuNode {
     std::optional<Time> last_active;
     std::optional<Time> last_move_request;
     uint64_t last_launches[vgpu::kMaxGpus] = {};
+    uint64_t last_waited[vgpu::kMaxGpus] = {};
+    uint64_t last_paced[vgpu::kMaxGpus] = {};
   };
   std::map<std::string, Tenant> tenants_;
 };

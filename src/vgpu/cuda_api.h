@@ -141,6 +141,10 @@ using MemAllocFromPoolAsyncFn = CUresult(CUdeviceptr* dptr, size_t bytes, CUmemo
 using MemFreeAsyncFn = CUresult(CUdeviceptr dptr, CUstream stream);
 
 using cuInit_t = CUresult(unsigned int flags);
+using cuCtxSynchronize_t = CUresult();
+using cuCtxSynchronize_v2_t = CUresult(CUcontext ctx);  // CUDA 13
+using cuStreamSynchronize_t = CUresult(CUstream stream);
+using cuEventSynchronize_t = CUresult(CUevent event);
 using cuGetProcAddress_t = CUresult(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags);
 using cuGetProcAddress_v2_t = CUresult(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags,
                                        CUdriverProcAddressQueryResult* symbolStatus);

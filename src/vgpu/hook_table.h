@@ -3,6 +3,9 @@
 // introduced this ABI variant (from cudaTypedefs.h's PFN_<name>_v<version>), whether it is the
 // per-thread-default-stream variant, and its function type (cuda_api.h).
 //
+// Every ABI variant of a base name must be listed, the newest included (a test checks it against
+// cudaTypedefs.h): cuGetProcAddress's fallback by name picks among these, and must never hand out an
+// older variant's hook for a newer variant's signature.
 // From this list the library resolves the real driver's functions, answers cuGetProcAddress (any
 // version, either stream flavour), and recognises a real function handed out by dlsym so that it
 // can hand out the hook instead. Functions not listed (cuGetExportTable among them) are never
@@ -52,6 +55,11 @@
   X(cuLaunchKernelEx_ptsz, cuLaunchKernelEx, 11060, 1, LaunchKernelExFn)                  \
   X(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel, 9000, 0, LaunchCooperativeKernelFn) \
   X(cuLaunchCooperativeKernel_ptsz, cuLaunchCooperativeKernel, 9000, 1, LaunchCooperativeKernelFn) \
+  X(cuCtxSynchronize, cuCtxSynchronize, 2000, 0, cuCtxSynchronize_t)                      \
+  X(cuCtxSynchronize_v2, cuCtxSynchronize, 13000, 0, cuCtxSynchronize_v2_t)               \
+  X(cuStreamSynchronize, cuStreamSynchronize, 2000, 0, cuStreamSynchronize_t)             \
+  X(cuStreamSynchronize_ptsz, cuStreamSynchronize, 7000, 1, cuStreamSynchronize_t)        \
+  X(cuEventSynchronize, cuEventSynchronize, 2000, 0, cuEventSynchronize_t)                \
   X(cuMemcpy, cuMemcpy, 4000, 0, MemcpyFn)                                                \
   X(cuMemcpy_ptds, cuMemcpy, 7000, 1, MemcpyFn)                                           \
   X(cuMemcpyAsync, cuMemcpyAsync, 4000, 0, MemcpyAsyncFn)                                 \

@@ -1,5 +1,6 @@
 // Kernel launches and copies: counted for the tenant's activity, and launches paced when the share
-// controller (share_control.h) has set a launch interval for the tenant on that GPU.
+// controller (share_control.h) has set a launch interval for the tenant on that GPU. Synchronize
+// calls: the time spent in them, the tenant's sign that it wants more of the GPU.
 //
 // The common path is a handful of instructions: whether the library is attached (one load), the
 // GPU (known without a driver call when the process sees one device), one relaxed increment of this
@@ -52,6 +53,17 @@ inline void on_copy() {
 
 }  // namespace
 
+// A synchronisation: how long the thread waited for the GPU is the tenant's demand signal.
+#define CNLAB_SYNC_HOOK(abi, params, args)                                                         \
+  CUresult abi params {                                                                            \
+    CNLAB_VGPU_ENTER();                                                                            \
+    uint64_t start = now_ns();                                                                     \
+    CUresult r = lib().cuda.abi args;                                                              \
+    int gpu = current_gpu();                                                                       \
+    if (gpu >= 0) count_wait(gpu, now_ns() - start);                                               \
+    return r;                                                                                      \
+  }
+
 #define CNLAB_LAUNCH_HOOK(abi)                                                                                   \
   CUresult abi(cu::CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,             \
                unsigned int by, unsigned int bz, unsigned int shared, cu::CUstream stream, void** params,        \
@@ -87,6 +99,12 @@ inline void on_copy() {
   }
 
 extern "C" {
+
+CNLAB_SYNC_HOOK(cuCtxSynchronize, (), ())
+CNLAB_SYNC_HOOK(cuCtxSynchronize_v2, (cu::CUcontext ctx), (ctx))
+CNLAB_SYNC_HOOK(cuStreamSynchronize, (cu::CUstream stream), (stream))
+CNLAB_SYNC_HOOK(cuStreamSynchronize_ptsz, (cu::CUstream stream), (stream))
+CNLAB_SYNC_HOOK(cuEventSynchronize, (cu::CUevent event), (event))
 
 CNLAB_LAUNCH_HOOK(cuLaunchKernel)
 CNLAB_LAUNCH_HOOK(cuLaunchKernel_ptsz)

@@ -111,6 +111,10 @@ inline void count_launch(int gpu) {
   Library& l = lib();
   l.tenant->launches[gpu][l.slot].fetch_add(1, std::memory_order_relaxed);
 }
+inline void count_wait(int gpu, uint64_t ns) {
+  Library& l = lib();
+  l.tenant->waited_ns[gpu][l.slot].fetch_add(ns, std::memory_order_relaxed);
+}
 inline void count_copy(int gpu) {
   Library& l = lib();
   l.tenant->copies[gpu][l.slot].fetch_add(1, std::memory_order_relaxed);

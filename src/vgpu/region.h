@@ -108,6 +108,9 @@ struct TenantRegion {
   // Activity, per process so that processes never share a counter's cache line with another's.
   std::atomic<uint64_t> launches[kMaxGpus][kMaxProcs];
   std::atomic<uint64_t> copies[kMaxGpus][kMaxProcs];
+  // Time its threads spent waiting for the GPU (in synchronize calls): a tenant that waits wants
+  // more of the GPU than it gets; one that does not is limited by its own demand.
+  std::atomic<uint64_t> waited_ns[kMaxGpus][kMaxProcs];
   // Launch pacing (GCRA): the earliest time, CLOCK_MONOTONIC ns, the next launch is due.
   std::atomic<uint64_t> next_launch_ns[kMaxGpus];
   std::atomic<uint64_t> paced_ns[kMaxGpus];       // total time launches waited for pacing

@@ -24,10 +24,15 @@ struct Nvml {
 };
 
 // Another tenant's region, kept mapped between periods (re-listed every second).
+// Counters of a tenant on one GPU as last read, for this period's differences.
+struct Last {
+  uint64_t launches = 0, waited = 0, paced = 0;
+};
+
 struct Known {
   char name[kIdSize] = {};
   Mapped<TenantRegion> region;
-  uint64_t last_launches[kMaxGpus] = {};
+  Last last[kMaxGpus] = {};
   bool seen = false;
 };
 
@@ -37,16 +42,22 @@ struct Controller {
   std::atomic<bool> stop{false};
   Nvml nvml;
   Known known[kMaxTenants];
-  uint64_t my_last_launches[kMaxGpus] = {};
+  Last mine[kMaxGpus] = {};
   unsigned long long last_seen_us[kMaxGpus] = {};
   nvml::nvmlProcessUtilizationSample_t samples[kMaxSamples];
 };
 Controller g_controller;
 
-uint64_t launches_of(const TenantRegion* t, int gpu) {
+uint64_t sum_of(const std::atomic<uint64_t> (&per_proc)[kMaxProcs]) {
   uint64_t sum = 0;
-  for (int p = 0; p < kMaxProcs; ++p) sum += t->launches[gpu][p].load(std::memory_order_relaxed);
+  for (const auto& v : per_proc) sum += v.load(std::memory_order_relaxed);
   return sum;
+}
+
+uint64_t since(uint64_t now, uint64_t& last) {
+  uint64_t d = now >= last ? now - last : 0;
+  last = now;
+  return d;
 }
 
 // Whether `pid` is one of `t`'s live processes (standalone runs in the host's PID namespace).
@@ -85,7 +96,7 @@ void refresh_known(Controller& c) {
       std::snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
       if (open_tenant_readonly(path, &slot->region) != RegionError::kOk) continue;
       std::snprintf(slot->name, sizeof slot->name, "%s", e->d_name);
-      for (int g = 0; g < kMaxGpus; ++g) slot->last_launches[g] = 0;
+      for (auto& l : slot->last) l = Last{};
     }
     slot->seen = true;
   }
@@ -110,11 +121,11 @@ void control_gpu(Controller& c, int gpu) {
   ShareInput inputs[kMaxTenants + 1];
   int gpu_of[kMaxTenants + 1];
   const TenantRegion* regions[kMaxTenants + 1];
-  uint64_t* last[kMaxTenants + 1];
+  Last* last[kMaxTenants + 1];
   size_t n = 0;
   regions[n] = me;
   gpu_of[n] = gpu;
-  last[n] = &c.my_last_launches[gpu];
+  last[n] = &c.mine[gpu];
   ++n;
   for (Known& k : c.known) {
     if (!k.region) continue;
@@ -122,19 +133,19 @@ void control_gpu(Controller& c, int gpu) {
     if (g < 0) continue;
     regions[n] = k.region.region;
     gpu_of[n] = g;
-    last[n] = &k.last_launches[g];
+    last[n] = &k.last[g];
     ++n;
   }
   for (size_t i = 0; i < n; ++i) {
     const TenantRegion* t = regions[i];
     const TenantLimits& limits = t->standalone_limits;
     int g = gpu_of[i];
-    uint64_t launches = launches_of(t, g);
     ShareInput& in = inputs[i];
     in.share = limits.compute_share[g].load() / 100.0;
     in.hard = (limits.flags.load() & kHardShare) != 0;
-    in.launches = launches >= *last[i] ? launches - *last[i] : 0;
-    *last[i] = launches;
+    in.launches = since(sum_of(t->launches[g]), last[i]->launches);
+    in.waiting = static_cast<double>(since(sum_of(t->waited_ns[g]), last[i]->waited)) / kPeriodNs;
+    in.paced = static_cast<double>(since(t->paced_ns[g].load(), last[i]->paced)) / kPeriodNs;
     in.interval_ns = limits.launch_interval_ns[g].load();
     double busy = 0;
     for (unsigned s = 0; s < count; ++s) {

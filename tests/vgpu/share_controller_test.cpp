@@ -52,9 +52,17 @@ void run_period(std::vector<SimTenant>& tenants) {
   }
 }
 
+// What the library would measure: a greedy tenant is always waiting for the GPU, in synchronize
+// calls (its kernels queue behind the others') or held by its pace; one limited by its own demand
+// waits only for its own kernels.
 void control(std::vector<SimTenant>& tenants) {
   std::vector<ShareInput> in;
-  for (const SimTenant& t : tenants) in.push_back({t.share, t.hard, t.busy, t.launches, t.interval_ns});
+  for (const SimTenant& t : tenants) {
+    ShareInput i{t.share, t.hard, t.busy, t.launches, t.interval_ns};
+    if (t.greedy && t.interval_ns) i.paced = 1 - t.busy;
+    i.waiting = t.greedy && !t.interval_ns ? 1.0 : t.busy;
+    in.push_back(i);
+  }
   std::vector<uint64_t> out(in.size());
   next_intervals(in.data(), in.size(), kPeriodNs, out.data());
   for (size_t i = 0; i < tenants.size(); ++i) tenants[i].interval_ns = out[i];
