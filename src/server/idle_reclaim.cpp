@@ -15,25 +15,10 @@ IdleReclaim::IdleReclaim(store::Store& store, ObjectCache& cache, std::map<std::
 IdleReclaim::~IdleReclaim() { stop(); }
 
 void IdleReclaim::start(std::chrono::milliseconds period) {
-  if (limits_.empty()) return;
-  thread_ = std::thread([this, period] {
-    std::unique_lock lock(mutex_);
-    while (!cv_.wait_for(lock, period, [this] { return stopping_; })) {
-      lock.unlock();
-      check_once();
-      lock.lock();
-    }
-  });
+  if (!limits_.empty()) periodic_.start(period, [this] { check_once(); });
 }
 
-void IdleReclaim::stop() {
-  {
-    std::lock_guard lock(mutex_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-}
+void IdleReclaim::stop() { periodic_.stop(); }
 
 std::vector<std::string> IdleReclaim::check_once() {
   const Time now = clock_();

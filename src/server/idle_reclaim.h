@@ -5,13 +5,12 @@
 // are never reclaimed; nor are jobs on simulated GPUs, where no use can be seen.
 #pragma once
 
-#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <string>
-#include <thread>
 
 #include "server/object_cache.h"
+#include "server/periodic.h"
 #include "store/store.h"
 
 namespace cnlab::server {
@@ -31,10 +30,7 @@ class IdleReclaim {
   ObjectCache& cache_;
   std::map<std::string, Duration> limits_;
   std::function<Time()> clock_;
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  bool stopping_ = false;
-  std::thread thread_;
+  Periodic periodic_;
 };
 
 // Parses "--idle-reclaim dev=2h,opportunistic=30m" ("none": no class is reclaimed). Errors name the

@@ -13,24 +13,10 @@ NodeLifecycle::NodeLifecycle(store::Store& store, ObjectCache& cache, const Serv
 NodeLifecycle::~NodeLifecycle() { stop(); }
 
 void NodeLifecycle::start(std::chrono::milliseconds period) {
-  thread_ = std::thread([this, period] {
-    std::unique_lock lock(mutex_);
-    while (!cv_.wait_for(lock, period, [this] { return stopping_; })) {
-      lock.unlock();
-      check_once();
-      lock.lock();
-    }
-  });
+  periodic_.start(period, [this] { check_once(); });
 }
 
-void NodeLifecycle::stop() {
-  {
-    std::lock_guard lock(mutex_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-}
+void NodeLifecycle::stop() { periodic_.stop(); }
 
 size_t NodeLifecycle::check_once() {
   Time now = clock_();

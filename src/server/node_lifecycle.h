@@ -4,12 +4,11 @@
 // node back (the heartbeat handler does that).
 #pragma once
 
-#include <condition_variable>
 #include <functional>
 #include <mutex>
-#include <thread>
 
 #include "server/object_cache.h"
+#include "server/periodic.h"
 #include "server/server.h"
 #include "store/store.h"
 
@@ -33,10 +32,7 @@ class NodeLifecycle {
   const ServerConfig& config_;
   std::function<Time()> clock_;
   std::function<void()> wake_scheduler_;
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  bool stopping_ = false;
-  std::thread thread_;
+  Periodic periodic_;
 };
 
 }  // namespace cnlab::server
