@@ -1,6 +1,7 @@
 // Incremental placement: the cycle's placement search and scoring, one job at a time, against a
 // cluster the caller keeps (the simulator's allocation experiment). No queue, no time: every job
-// is placed now or not at all, and stays until released. For the same cluster and the same jobs
+// is placed now or not at all, and stays until released (a migration moves it: release, then place
+// again). For the same cluster and the same jobs
 // arrived, it chooses what run_cycle would choose for the next job.
 #pragma once
 
@@ -28,6 +29,12 @@ class Placer {
   // Finds the best place for `spec` now and takes it, or returns nullopt when it fits nowhere.
   // Grants are as in a cycle's Placement (MIG changes are applied to nodes()).
   std::optional<std::vector<NodeGrant>> place(const model::JobSpec& spec, JobIndex job);
+  // The same, on node `node` only (a single-node job): where a migration has just made room.
+  std::optional<std::vector<NodeGrant>> place_on(const model::JobSpec& spec, uint32_t node, JobIndex job);
+  // Gives back what `job` holds (it moves, or leaves); restore() takes it again, exactly where it
+  // was (to undo a tentative release). Both no-ops for a job that holds nothing.
+  void release(JobIndex job);
+  void restore(JobIndex job);
 
  private:
   struct Impl;

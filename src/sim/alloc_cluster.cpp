@@ -134,6 +134,19 @@ Status AllocCluster::apply(const Pod& pod, const Choice& choice) {
   return Status::ok();
 }
 
+void AllocCluster::release(const Pod& pod, const Choice& choice) {
+  NodeIndex n = choice.node;
+  int16_t* free = gpu_free_.data() + size_t{n} * stride_;
+  cpu_free_[n] += pod.cpu_milli;
+  memory_free_[n] += pod.memory_mib;
+  for (int g = 0; g < gpu_count_[n]; ++g) {
+    if ((choice.gpus >> g) & 1) free[g] = static_cast<int16_t>(free[g] + pod.gpu_milli);
+  }
+  gpu_allocated_total_ -= pod.gpu_request();
+  ++version_[n];
+  refresh_gpu_summary(n);
+}
+
 uint32_t lowest_free_gpus(const AllocCluster& cluster, NodeIndex n, int count) {
   uint32_t mask = 0;
   auto free = cluster.gpu_free(n);

@@ -97,6 +97,8 @@ class AllocCluster {
   // Applies a policy's choice; fails, changing nothing, when the choice breaks the filter or
   // names the wrong GPUs.
   Status apply(const Pod& pod, const Choice& choice);
+  // Takes back a pod applied with `choice` (it migrates away). The caller guarantees it was there.
+  void release(const Pod& pod, const Choice& choice);
 
  private:
   size_t stride_ = 0;  // GPU slots per node in gpu_free_: the largest GPU count of the cluster

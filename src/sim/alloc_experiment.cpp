@@ -69,7 +69,7 @@ Result<ExperimentResult> run_experiment(const AllocCluster& cluster, const Exper
       std::optional<Result<RunResult>> result;
       if (policy) {
         RunContext context{workload.name, spec.seeds[s], spec.tune_percent};
-        result.emplace(run_allocation(local, workload, plans[w * ns + s], **policy, context));
+        result.emplace(run_allocation(local, workload, plans[w * ns + s], **policy, context, spec.migrations));
       } else {
         result.emplace(policy.error());
       }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@ struct ExperimentSpec {
   std::vector<uint64_t> seeds;
   int tune_percent = 130;
   int threads = 1;
+  std::optional<MigrationLimits> migrations;  // `--migrations`: placed pods may move to make room
   // Called on the calling thread after each finished run: (runs done, runs in all).
   std::function<void(size_t, size_t)> progress;
 };

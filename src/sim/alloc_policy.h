@@ -58,6 +58,22 @@ class AllocPolicy {
     (void)pod;
     (void)choice;
   }
+
+  // -- Migrations (`--migrations`): the engine may move placed pods to make room for one that fits
+  //    nowhere. Placements are numbered in the order of on_placed calls (0, 1, ...).
+
+  // Whether the policy can follow moves (a policy keeping its own view of the cluster must).
+  virtual bool supports_migration() const { return true; }
+  // Placement `placement` leaves its node (it is moving, or a move is being undone).
+  virtual void on_released(uint32_t placement) { (void)placement; }
+  // Undoes on_released(placement): it is back exactly where it was (a move that did not work out).
+  virtual void on_restored(uint32_t placement) { (void)placement; }
+  // Where `pod` goes on node `node` alone, now that a move made room there; nullopt when it still
+  // does not fit. By default the policy's own place() with only that node feasible.
+  virtual std::optional<Choice> place_on(const Pod& pod, const AllocCluster& cluster, NodeIndex node) {
+    NodeIndex only[] = {node};
+    return place(pod, cluster, only);
+  }
 };
 
 }  // namespace cnlab::sim

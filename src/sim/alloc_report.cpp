@@ -80,6 +80,29 @@ const std::vector<int64_t>* ReferenceCurves::find(const std::string& workload, c
   return it == curves.end() ? nullptr : &it->second;
 }
 
+std::string migrations_markdown(const ExperimentResult& result) {
+  bool any = false;
+  for (const PolicyCurve& c : result.curves) {
+    for (const SeedRun& r : c.runs) any |= r.result.moves > 0;
+  }
+  if (!any) return "";
+  std::string out =
+      "\n## Migrations\n\nPods placed by moving placed pods to make room (mean over the seeds).\n\n"
+      "| workload | policy | placed by moving | moves | moves per 100 placed pods |\n|---|---|---:|---:|---:|\n";
+  for (const PolicyCurve& c : result.curves) {
+    double by_moving = 0, moves = 0, placed = 0;
+    for (const SeedRun& r : c.runs) {
+      by_moving += static_cast<double>(r.result.placed_by_moving);
+      moves += static_cast<double>(r.result.moves);
+      placed += static_cast<double>(r.result.placed);
+    }
+    double n = c.runs.empty() ? 1 : static_cast<double>(c.runs.size());
+    out += fmt::format("| {} | {} | {:.1f} | {:.1f} | {:.2f} |\n", c.workload, c.policy, by_moving / n, moves / n,
+                       placed > 0 ? 100 * moves / placed : 0.0);
+  }
+  return out;
+}
+
 Result<ReferenceCurves> parse_reference_curves(std::string_view text, std::string file_label) {
   // The header's arrived_k columns are counted first so that the reader can map each by name.
   std::string_view first_line = text.substr(0, text.find('\n'));

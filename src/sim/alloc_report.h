@@ -36,6 +36,10 @@ std::string curves_csv(const ExperimentResult& result);
 // tune_percent % arrived, and, where `reference` has the pair, the reference and the difference.
 std::string summary_markdown(const ExperimentResult& result, const ReferenceCurves* reference);
 
+// With migrations: per workload and policy, the pods placed by moving others, the moves, and moves
+// per 100 placed pods (means over the seeds). Empty when no run moved anything.
+std::string migrations_markdown(const ExperimentResult& result);
+
 // Writes `text` to `path` (replacing it); the error names the path.
 Status write_text_file(const std::string& path, std::string_view text);
 

@@ -10,7 +10,8 @@
 namespace cnlab::sim {
 
 Result<RunResult> run_allocation(AllocCluster& cluster, const Workload& workload, const RunPlan& plan,
-                                 AllocPolicy& policy, const RunContext& context) {
+                                 AllocPolicy& policy, const RunContext& context,
+                                 const std::optional<MigrationLimits>& migrations) {
   if (cluster.gpu_capacity_total() <= 0) {
     return Error::invalid_argument("nodes", "0 GPUs", "the allocation experiment needs a cluster with GPUs");
   }
@@ -25,6 +26,7 @@ Result<RunResult> run_allocation(AllocCluster& cluster, const Workload& workload
   Leftovers& left = result.leftovers;
   left.capacity = cluster.gpu_capacity_total();
   int32_t least_gpu_pod_cpu = INT32_MAX;
+  Placements placements(migrations ? cluster.node_count() : 0);
   for (uint32_t index : plan.order) {
     const Pod& pod = workload.pods[index];
     ++result.pods;
@@ -47,7 +49,13 @@ Result<RunResult> run_allocation(AllocCluster& cluster, const Workload& workload
         return e;
       }
       policy.on_placed(pod, *choice);
+      if (migrations) placements.add(pod, *choice);
       ++result.placed;
+      if (pod.num_gpu > 0) ++left.placed_by_milli[pod.gpu_milli];
+    } else if (auto moved = migrations ? migrate_to_place(pod, cluster, policy, placements, *migrations) : std::nullopt) {
+      ++result.placed;
+      ++result.placed_by_moving;
+      result.moves += *moved;
       if (pod.num_gpu > 0) ++left.placed_by_milli[pod.gpu_milli];
     } else {
       ++result.failed;

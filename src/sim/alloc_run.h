@@ -3,10 +3,12 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "common/common.h"
 #include "sim/alloc_cluster.h"
+#include "sim/alloc_migration.h"
 #include "sim/alloc_policy.h"
 #include "sim/alloc_workload.h"
 
@@ -33,14 +35,19 @@ struct RunResult {
   int64_t failed = 0;  // pods that fit nowhere (or that the policy declined)
   int64_t arrived_gpu_milli = 0;
   int64_t allocated_gpu_milli = 0;
+  // With migrations: pods placed because others moved to make room, and the moves that took.
+  int64_t placed_by_moving = 0;
+  int64_t moves = 0;
   Leftovers leftovers;
 };
 
 // Places the pods of `plan.order` one at a time on `cluster` (emptied and given plan.ranks first):
-// filter, policy.place(), apply; no departures, retries or preemption. After every pod, placed or
-// not, it records the arrived demand and the allocated GPU milli. Fails only when the policy makes
-// an invalid choice (a bug in the policy), naming the policy.
+// filter, policy.place(), apply; no departures, retries or preemption. With `migrations`, a GPU pod
+// that fits nowhere may be placed by moving placed pods (alloc_migration.h). After every pod,
+// placed or not, it records the arrived demand and the allocated GPU milli. Fails only when the
+// policy makes an invalid choice (a bug in the policy), naming the policy.
 Result<RunResult> run_allocation(AllocCluster& cluster, const Workload& workload, const RunPlan& plan,
-                                 AllocPolicy& policy, const RunContext& context);
+                                 AllocPolicy& policy, const RunContext& context,
+                                 const std::optional<MigrationLimits>& migrations = std::nullopt);
 
 }  // namespace cnlab::sim

@@ -29,6 +29,7 @@ constexpr int kMaxThreads = 256;
 // mistake gets CNLab's message and exit code 2 rather than CLI11's own.
 struct AllocFlags {
   std::vector<std::string> nodes, pods, policies, seeds, threads, out, reference;
+  bool migrations = false;
 };
 
 [[noreturn]] void fail(int code, const Error& error) {
@@ -78,7 +79,7 @@ void run_alloc(const AllocFlags& given, const PolicyRegistry& registry, const st
   if (!extras.empty()) {
     fail(kBadInput, Error::invalid_argument("argument", extras[0],
                                             "unknown; allowed: --nodes, --pods, --policies, --seeds, --threads, "
-                                            "--reference, --out (see cnlab sim alloc --help)"));
+                                            "--reference, --out, --migrations (see cnlab sim alloc --help)"));
   }
   struct {
     std::string nodes, policies, seeds, threads, out, reference;
@@ -147,6 +148,7 @@ void run_alloc(const AllocFlags& given, const PolicyRegistry& registry, const st
   spec.policies = *policies;
   spec.seeds = *seeds;
   spec.threads = *threads;
+  if (given.migrations) spec.migrations = MigrationLimits{};
   ProgressBar bar(stderr);
   spec.progress = [&bar](size_t done, size_t total) { bar.update(done, total); };
   auto result = run_experiment(*cluster, spec, registry);
@@ -155,7 +157,8 @@ void run_alloc(const AllocFlags& given, const PolicyRegistry& registry, const st
 
   const std::filesystem::path out(flags.out);
   const std::string summary =
-      summary_markdown(*result, reference ? &*reference : nullptr) + leftovers_markdown(*result);
+      summary_markdown(*result, reference ? &*reference : nullptr) + migrations_markdown(*result) +
+      leftovers_markdown(*result);
   const std::pair<std::string, std::string> files[] = {
       {(out / "allocation_curves.csv").string(), curves_csv(*result)},
       {(out / "allocation.svg").string(), allocation_svg(*result)},
@@ -232,6 +235,8 @@ void add_sim_commands(CLI::App& app, PolicyRegistry registry) {
   add_text_flag(alloc, "--reference", flags->reference,
                 "Reference curves CSV (default: reference_allocation_curves.csv beside a pod file, if any)");
   add_text_flag(alloc, "--out", flags->out, "Output directory (created if needed)");
+  alloc->add_flag("--migrations", flags->migrations,
+                  "A GPU pod that fits nowhere may be placed by moving a few smaller placed pods (counted)");
   alloc->callback([alloc, flags, shared_registry] { run_alloc(*flags, *shared_registry, alloc->remaining()); });
 
   // The replay experiment lives in replay_command.cpp.

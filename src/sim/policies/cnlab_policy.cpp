@@ -77,19 +77,41 @@ void CnlabPolicy::reset(const AllocCluster& cluster, const RunContext& context) 
   cluster_ = &cluster;
   placer_ = std::make_unique<sched::Placer>(nodes_of(cluster), config_);
   next_job_ = 0;
+  placement_jobs_.clear();
 }
 
 void CnlabPolicy::on_arrival(const Pod& pod) { placer_->observe(spec_of(pod, *cluster_)); }
 
-std::optional<Choice> CnlabPolicy::place(const Pod& pod, const AllocCluster& cluster,
-                                         std::span<const NodeIndex> feasible) {
-  (void)feasible;  // the scheduler applies the same filter itself
-  auto grants = placer_->place(spec_of(pod, cluster), next_job_++);
+namespace {
+std::optional<Choice> choice_of(const std::optional<std::vector<sched::NodeGrant>>& grants) {
   if (!grants) return std::nullopt;
   CNLAB_CHECK(grants->size() == 1);
   Choice choice{(*grants)[0].node, 0};
   for (const sched::GpuGrant& g : (*grants)[0].gpus) choice.gpus |= uint32_t{1} << g.gpu;
   return choice;
 }
+}  // namespace
+
+std::optional<Choice> CnlabPolicy::place(const Pod& pod, const AllocCluster& cluster,
+                                         std::span<const NodeIndex> feasible) {
+  (void)feasible;  // the scheduler applies the same filter itself
+  last_job_ = next_job_++;
+  return choice_of(placer_->place(spec_of(pod, cluster), last_job_));
+}
+
+std::optional<Choice> CnlabPolicy::place_on(const Pod& pod, const AllocCluster& cluster, NodeIndex node) {
+  last_job_ = next_job_++;
+  return choice_of(placer_->place_on(spec_of(pod, cluster), node, last_job_));
+}
+
+void CnlabPolicy::on_placed(const Pod& pod, const Choice& choice) {
+  (void)pod;
+  (void)choice;
+  placement_jobs_.push_back(last_job_);
+}
+
+void CnlabPolicy::on_released(uint32_t placement) { placer_->release(placement_jobs_.at(placement)); }
+
+void CnlabPolicy::on_restored(uint32_t placement) { placer_->restore(placement_jobs_.at(placement)); }
 
 }  // namespace cnlab::sim

@@ -31,6 +31,10 @@ class CnlabPolicy : public AllocPolicy {
   void on_arrival(const Pod& pod) override;
   std::optional<Choice> place(const Pod& pod, const AllocCluster& cluster,
                               std::span<const NodeIndex> feasible) override;
+  void on_placed(const Pod& pod, const Choice& choice) override;
+  void on_released(uint32_t placement) override;
+  void on_restored(uint32_t placement) override;
+  std::optional<Choice> place_on(const Pod& pod, const AllocCluster& cluster, NodeIndex node) override;
 
   // Fails naming the first node whose GPU model is not in the catalog; `label` names the node list.
   static Status catalog_models(const AllocCluster& cluster, std::string_view label);
@@ -44,6 +48,8 @@ class CnlabPolicy : public AllocPolicy {
   std::unique_ptr<sched::Placer> placer_;
   const AllocCluster* cluster_ = nullptr;
   sched::JobIndex next_job_ = 0;
+  sched::JobIndex last_job_ = 0;                 // the job index of the latest place()
+  std::vector<sched::JobIndex> placement_jobs_;  // placement number -> its job in the placer
 };
 
 }  // namespace cnlab::sim

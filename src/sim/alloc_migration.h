@@ -1,0 +1,54 @@
+// Migrations in the allocation experiment (`cnlab sim alloc --migrations`): when a GPU pod fits
+// nowhere, move a few already-placed small pods off one node so that it fits there, the moved pods
+// going wherever the policy puts them. Defragmentation the way a scheduler with live migration can
+// do it: only pods smaller than the one that needs the room move (sharing pods off GPUs, CPU-only
+// pods off hosts), never whole-GPU pods, at most `max_moves` for one pod; and a move that cannot
+// be completed (a moved pod fits nowhere else) is undone, so no pod that was placed is lost.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "sim/alloc_cluster.h"
+#include "sim/alloc_policy.h"
+
+namespace cnlab::sim {
+
+struct MigrationLimits {
+  int max_moves = 4;         // pods moved to make room for one pod
+  int candidate_nodes = 8;   // nodes tried, cheapest first, before giving up on a pod
+};
+
+// The pods placed so far, as the engine applied them, by placement number (the order of on_placed
+// calls), and which are on each node now.
+class Placements {
+ public:
+  explicit Placements(size_t nodes) : on_node_(nodes) {}
+  // Records a placement; returns its number.
+  uint32_t add(const Pod& pod, const Choice& choice);
+  // It left (moved away): no longer on its node.
+  void remove(uint32_t placement);
+  // Back where it was (an undone move).
+  void restore(uint32_t placement);
+  const Pod& pod(uint32_t placement) const { return all_[placement].pod; }
+  const Choice& choice(uint32_t placement) const { return all_[placement].choice; }
+  const std::vector<uint32_t>& on_node(NodeIndex n) const { return on_node_[n]; }
+
+ private:
+  struct Entry {
+    Pod pod;
+    Choice choice;
+  };
+  std::vector<Entry> all_;
+  std::vector<std::vector<uint32_t>> on_node_;
+};
+
+// Tries to make room for `pod` (which fits nowhere now) by moving placed pods, and places it.
+// Returns how many pods moved (the pod is then applied and recorded), or nullopt when no move
+// within `limits` makes room (nothing changed). Placement numbers are kept in step with the
+// policy's (every apply goes with on_placed, every move with on_released / on_restored).
+std::optional<int> migrate_to_place(const Pod& pod, AllocCluster& cluster, AllocPolicy& policy, Placements& placements,
+                                    const MigrationLimits& limits);
+
+}  // namespace cnlab::sim
