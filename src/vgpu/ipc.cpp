@@ -63,6 +63,17 @@ void refuse_ipc(const char* call, const char* exporter) {
 
 namespace {
 
+// After a successful export, the handle registered in this tenant's region.
+template <typename Handle>
+CUresult registered(CUresult r, const Handle* handle) {
+  if (r == cu::CUDA_SUCCESS && handle) {
+    uint64_t a, b;
+    digest_bytes(handle, sizeof *handle, &a, &b);
+    register_export(a, b);
+  }
+  return r;
+}
+
 template <typename Handle>
 bool opens_here(const Handle& handle, const char* call) {
   uint64_t a, b;
@@ -80,13 +91,7 @@ extern "C" {
 
 CUresult cuIpcGetMemHandle(cu::CUipcMemHandle* handle, cu::CUdeviceptr dptr) {
   CNLAB_VGPU_ENTER();
-  CUresult r = lib().cuda.cuIpcGetMemHandle(handle, dptr);
-  if (r == cu::CUDA_SUCCESS && handle) {
-    uint64_t a, b;
-    digest_bytes(handle, sizeof *handle, &a, &b);
-    register_export(a, b);
-  }
-  return r;
+  return registered(lib().cuda.cuIpcGetMemHandle(handle, dptr), handle);
 }
 
 CUresult cuIpcOpenMemHandle_v2(cu::CUdeviceptr* dptr, cu::CUipcMemHandle handle, unsigned int flags) {
@@ -105,13 +110,7 @@ CUresult cuIpcOpenMemHandle(cu::CUdeviceptr* dptr, cu::CUipcMemHandle handle, un
 
 CUresult cuIpcGetEventHandle(cu::CUipcEventHandle* handle, cu::CUevent event) {
   CNLAB_VGPU_ENTER();
-  CUresult r = lib().cuda.cuIpcGetEventHandle(handle, event);
-  if (r == cu::CUDA_SUCCESS && handle) {
-    uint64_t a, b;
-    digest_bytes(handle, sizeof *handle, &a, &b);
-    register_export(a, b);
-  }
-  return r;
+  return registered(lib().cuda.cuIpcGetEventHandle(handle, event), handle);
 }
 
 CUresult cuIpcOpenEventHandle(cu::CUevent* event, cu::CUipcEventHandle handle) {

@@ -27,6 +27,21 @@ int gpu_of_nvml_device(nvml::nvmlDevice_t device, uint64_t device_total) {
 // NVML may be called before (or without) any CUDA call: attach then, but never fail NVML for it.
 bool ready_for_nvml() { return load_real_nvml() && (attached() || attach()); }
 
+// Rewrites what NVML answered (`r`, into `memory`: v1 or v2) as the tenant's view of the GPU;
+// `rewritten` says whether it did (a limit applies to that GPU).
+template <typename Memory>
+nvml::nvmlReturn_t tenant_view(nvml::nvmlReturn_t r, nvml::nvmlDevice_t device, Memory* memory, bool* rewritten = nullptr) {
+  if (r != nvml::NVML_SUCCESS || !memory || !ready_for_nvml()) return r;
+  int gpu = gpu_of_nvml_device(device, memory->total);
+  if (gpu < 0 || memory_limit(gpu) == kUnlimited) return r;
+  MemoryView view = memory_view(gpu, memory->total, memory->free);
+  memory->total = view.total;
+  memory->free = view.free;
+  memory->used = view.total - view.free;
+  if (rewritten) *rewritten = true;
+  return r;
+}
+
 }  // namespace
 
 extern "C" {
@@ -53,30 +68,14 @@ CUresult cuDeviceTotalMem_v2(size_t* bytes, cu::CUdevice device) {
 
 nvml::nvmlReturn_t nvmlDeviceGetMemoryInfo(nvml::nvmlDevice_t device, nvml::nvmlMemory_t* memory) {
   if (!load_real_nvml()) return nvml::NVML_ERROR_UNINITIALIZED;
-  Library& l = lib();
-  nvml::nvmlReturn_t r = l.nvml.nvmlDeviceGetMemoryInfo(device, memory);
-  if (r != nvml::NVML_SUCCESS || !memory || !ready_for_nvml()) return r;
-  int gpu = gpu_of_nvml_device(device, memory->total);
-  if (gpu < 0 || memory_limit(gpu) == kUnlimited) return r;
-  MemoryView view = memory_view(gpu, memory->total, memory->free);
-  memory->total = view.total;
-  memory->free = view.free;
-  memory->used = view.total - view.free;
-  return r;
+  return tenant_view(lib().nvml.nvmlDeviceGetMemoryInfo(device, memory), device, memory);
 }
 
 nvml::nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvml::nvmlDevice_t device, nvml::nvmlMemory_v2_t* memory) {
   if (!load_real_nvml() || !lib().nvml.nvmlDeviceGetMemoryInfo_v2) return nvml::NVML_ERROR_FUNCTION_NOT_FOUND;
-  Library& l = lib();
-  nvml::nvmlReturn_t r = l.nvml.nvmlDeviceGetMemoryInfo_v2(device, memory);
-  if (r != nvml::NVML_SUCCESS || !memory || !ready_for_nvml()) return r;
-  int gpu = gpu_of_nvml_device(device, memory->total);
-  if (gpu < 0 || memory_limit(gpu) == kUnlimited) return r;
-  MemoryView view = memory_view(gpu, memory->total, memory->free);
-  memory->total = view.total;
-  memory->free = view.free;
-  memory->reserved = 0;  // the driver's reservation is outside the tenant's quota
-  memory->used = view.total - view.free;
+  bool rewritten = false;
+  nvml::nvmlReturn_t r = tenant_view(lib().nvml.nvmlDeviceGetMemoryInfo_v2(device, memory), device, memory, &rewritten);
+  if (rewritten) memory->reserved = 0;  // the driver's reservation is outside the tenant's quota
   return r;
 }
 
