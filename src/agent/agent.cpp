@@ -1,5 +1,7 @@
 #include "agent/agent.h"
 
+#include <sys/wait.h>
+
 #include <pwd.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -78,6 +80,20 @@ std::pair<int64_t, double> own_usage() {
   double cpu = static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
                static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
   return {rss, cpu};
+}
+
+// Whether user `uid` may read `path` (and pass every directory above it): asked of a child process
+// that becomes that user, since access() answers for the caller only.
+bool readable_as(const std::string& path, uint32_t uid, uint32_t gid) {
+  if (::geteuid() != 0) return ::access(path.c_str(), R_OK) == 0;
+  pid_t child = ::fork();
+  if (child == 0) {
+    if (::setgid(gid) != 0 || ::setuid(uid) != 0) ::_exit(2);
+    ::_exit(::access(path.c_str(), R_OK) == 0 ? 0 : 1);
+  }
+  int status = 0;
+  if (child < 0 || ::waitpid(child, &status, 0) != child) return true;  // cannot tell: let the jobs try
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
 class AgentImpl final : public Agent {
@@ -252,20 +268,6 @@ Status AgentImpl::open() {
   workspaces_ = std::make_unique<WorkspaceCache>((fs::path(config_.data_dir) / "workspaces").string(),
                                                  config_.workspace_cache_bytes);
 
-  if (config_.use_vgpu) {
-    VgpuNode::Options options;
-    options.dir = fs::path(config_.data_dir) / "vgpu";
-    options.library = config_.vgpu_library.empty() ? default_vgpu_library() : config_.vgpu_library;
-    auto vgpu = VgpuNode::open(options);
-    if (!vgpu) {
-      if (!config_.vgpu_library.empty()) return vgpu.error();  // asked for by name: it must work
-      spdlog::warn("jobs run without libcnlab-vgpu.so (no VRAM quotas, compute shares or IPC isolation) error=\"{}\"",
-                   vgpu.error().to_string());
-    } else {
-      vgpu_ = std::move(*vgpu);
-    }
-  }
-
   // Who jobs run as.
   RunAs run_as;
   std::optional<uint32_t> uid, gid;
@@ -295,6 +297,27 @@ Status AgentImpl::open() {
                         config_.run_as, jobs_dir.string(), dir.string(), st.st_mode & 07777));
       }
       if (dir == dir.root_path()) break;
+    }
+  }
+
+  if (config_.use_vgpu) {
+    VgpuNode::Options options;
+    options.dir = fs::path(config_.data_dir) / "vgpu";
+    options.library = config_.vgpu_library.empty() ? default_vgpu_library() : config_.vgpu_library;
+    Result<std::unique_ptr<VgpuNode>> vgpu = Error::internal("not opened");
+    if (uid && !readable_as(options.library.string(), *uid, gid.value_or(*uid))) {
+      // The dynamic loader would skip it in every job process with a warning: say so once instead.
+      vgpu = Error::invalid_argument("--vgpu-library", options.library.string(),
+                                     fmt::format("jobs run as \"{}\" cannot read it (or a directory above it)", config_.run_as));
+    } else {
+      vgpu = VgpuNode::open(options);
+    }
+    if (!vgpu) {
+      if (!config_.vgpu_library.empty()) return vgpu.error();  // asked for by name: it must work
+      spdlog::warn("jobs run without libcnlab-vgpu.so (no VRAM quotas, compute shares or IPC isolation) error=\"{}\"",
+                   vgpu.error().to_string());
+    } else {
+      vgpu_ = std::move(*vgpu);
     }
   }
 
