@@ -319,7 +319,8 @@ bool charge(int gpu, uint64_t bytes, const char* call) {
   if (should_log(l.oom_logged)) {
     log_line(LogLevel::kError,
              "refused %s of %llu bytes on GPU %d (%s): tenant \"%s\" holds %llu of its %llu-byte limit",
-             call, static_cast<unsigned long long>(bytes), gpu, l.tenant->gpus[gpu].uuid, l.config.tenant,
+             call, static_cast<unsigned long long>(bytes), gpu,
+             l.config.agent ? l.limits_file.region->gpus[gpu].uuid : l.tenant->gpus[gpu].uuid, l.config.tenant,
              static_cast<unsigned long long>(tenant_usage(l.tenant, gpu)),
              static_cast<unsigned long long>(memory_limit(gpu)));
   }

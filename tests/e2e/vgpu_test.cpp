@@ -63,13 +63,16 @@ class VgpuTest : public ClusterTest {
                            {"CNLAB_VGPU_LOG", "info"}};
     return call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
   }
+  // The job's stdout (the probe's facts; the library logs to stderr, interleaved in no set order).
   std::string output(const std::string& id) {
     auto r = admin_->request("GET", "/v1/jobs/" + id + "/logs");
     std::string text;
     if (!r || r->status != 200) return text;
     std::stringstream in(r->body);
     for (std::string line; std::getline(in, line);) {
-      if (!line.empty()) text += Json::parse(line)["text"].get<std::string>() + "\n";
+      if (line.empty()) continue;
+      Json parsed = Json::parse(line);
+      if (parsed.value("stream", "stdout") == "stdout") text += parsed["text"].get<std::string>() + "\n";
     }
     return text;
   }
