@@ -263,6 +263,24 @@ Status JobRunner::save_state() {
   return Status::ok();
 }
 
+// Puts the vGPU variables into a job's environment. They are CNLab's, not the job's: a job's own
+// CNLAB_VGPU_* (naming another tenant, say) is dropped, and the library goes first in LD_PRELOAD
+// with whatever the job preloads after it (the loader reads the first LD_PRELOAD entry only).
+void apply_vgpu_environment(std::vector<std::string>& env, const std::vector<std::string>& vgpu) {
+  std::string preload;
+  std::erase_if(env, [&](const std::string& e) {
+    if (e.rfind("LD_PRELOAD=", 0) == 0) {
+      preload = e.substr(11);
+      return true;
+    }
+    return e.rfind("CNLAB_VGPU_", 0) == 0;
+  });
+  for (const std::string& v : vgpu) {
+    if (v.rfind("LD_PRELOAD=", 0) == 0 && !preload.empty()) env.push_back(v + ":" + preload);
+    else env.push_back(v);
+  }
+}
+
 bool JobRunner::prepare_and_start() {
   model::Job job;
   {
@@ -360,7 +378,7 @@ bool JobRunner::prepare_and_start() {
     // Its VRAM quota and compute share, enforced inside its processes by libcnlab-vgpu.so.
     auto vgpu_env = context_.vgpu->add_job(job_id_, binding, context_.gpus->gpus(), context_.run_as_uid, context_.run_as_gid);
     if (!vgpu_env) return fail("vGPU: " + vgpu_env.error().to_string());
-    spec.env.insert(spec.env.end(), vgpu_env->begin(), vgpu_env->end());
+    apply_vgpu_environment(spec.env, *vgpu_env);
   }
   spec.working_dir = working_dir.string();
   spec.limits.cpu_milli = job.spec.cpu_milli;

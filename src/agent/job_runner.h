@@ -77,6 +77,11 @@ struct RunnerContext {
   std::function<void()> apply_layouts;
 };
 
+// Puts libcnlab-vgpu.so's variables (`vgpu`, from VgpuNode::add_job) into a job's environment:
+// the job's own CNLAB_VGPU_* are dropped, and the library comes first in LD_PRELOAD, before what
+// the job preloads itself.
+void apply_vgpu_environment(std::vector<std::string>& env, const std::vector<std::string>& vgpu);
+
 class JobRunner {
  public:
   enum class StopReason {

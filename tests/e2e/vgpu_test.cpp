@@ -51,7 +51,8 @@ class VgpuTest : public ClusterTest {
   }
 
   // A job running the probe's `args` on `gpu`.
-  std::string submit(const std::vector<std::string>& args, const std::string& gpu, const std::string& cls = "production") {
+  std::string submit(const std::vector<std::string>& args, const std::string& gpu, const std::string& cls = "production",
+                     const Json& extra_env = Json::object()) {
     std::vector<std::string> command = {PROBE_BINARY};
     command.insert(command.end(), args.begin(), args.end());
     Json body = job_body("default", gpu, command);
@@ -61,6 +62,7 @@ class VgpuTest : public ClusterTest {
                            {"FAKE_CUDA_CONFIG", gpu_.path() + "/cuda.conf"},
                            {"FAKE_CUDA_STATE_DIR", state_},
                            {"CNLAB_VGPU_LOG", "info"}};
+    for (const auto& [k, v] : extra_env.items()) body["spec"]["env"][k] = v;
     return call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
   }
   // The job's stdout (the probe's facts; the library logs to stderr, interleaved in no set order).
@@ -118,6 +120,15 @@ TEST_F(VgpuTest, AJobsCudaSeesTheVramItsBlocksWereGivenAndNoMore) {
   EXPECT_THAT(out, HasSubstr("alloc 0\nalloc 2\n"));  // the second 600 MiB is past the quota
   EXPECT_THAT(out, HasSubstr("held_info 0 free 444596224 total 1073741824"));  // 1024 - 600 MiB
   EXPECT_THAT(agent_->log(), HasSubstr("vgpu tenant registered job=\"" + id + "\""));
+}
+
+TEST_F(VgpuTest, AJobCannotNameAnotherTenantOrItsOwnLimitsOrPreloadPastTheLibrary) {
+  std::string id = submit({"alloc", "600", "600"}, "h100-25", "production",
+                          {{"CNLAB_VGPU_TENANT", "someone-else"}, {"CNLAB_VGPU_MEMORY_LIMIT", "64Gi"},
+                           {"LD_PRELOAD", "/nonexistent/libmine.so"}});
+  Json job = wait_for_end(id);
+  ASSERT_EQ(job["status"]["phase"], "Succeeded") << job.dump() << output(id);
+  EXPECT_THAT(output(id), HasSubstr("alloc 0\nalloc 2\n"));  // still the 1 GiB quota of its own blocks
 }
 
 TEST_F(VgpuTest, TheGpuUseOfAJobReachesTheServerAndTheAgentsMetrics) {
