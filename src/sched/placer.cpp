@@ -1,5 +1,6 @@
 #include "sched/placer.h"
 
+#include <bit>
 #include <unordered_map>
 
 #include "sched/calendar.h"
@@ -59,6 +60,36 @@ std::optional<std::vector<NodeGrant>> Placer::place(const model::JobSpec& spec, 
 std::optional<std::vector<NodeGrant>> Placer::place_on(const model::JobSpec& spec, uint32_t node, JobIndex job) {
   JobShape shape = JobShape::of(spec);
   return impl_->take(impl_->search.find_on_node(shape, node, Time{}, kNever), shape, job);
+}
+
+std::optional<std::vector<NodeGrant>> Placer::place_at(const model::JobSpec& spec, uint32_t node,
+                                                       uint32_t gpu_indexes, JobIndex job) {
+  JobShape shape = JobShape::of(spec);
+  const ClusterState& state = impl_->state;
+  if (node >= state.node_count() || shape.kind == model::SliceKind::kMig) return std::nullopt;
+  const NodeState& n = state.node(node);
+  if (!n.schedulable || n.cpu_free < shape.cpu_milli || n.mem_free < shape.memory_mib) return std::nullopt;
+  PlannedNode planned{node, shape.cpu_milli, shape.memory_mib, {}};
+  const int wanted = shape.kind == model::SliceKind::kNone ? 0 : shape.kind == model::SliceKind::kBlocks ? 1 : shape.gpu_count;
+  if (std::popcount(gpu_indexes) != wanted) return std::nullopt;
+  for (uint32_t g = n.gpu_begin; g < n.gpu_end; ++g) {
+    const GpuState& gpu = state.gpu(g);
+    if (!((gpu_indexes >> gpu.index) & 1)) continue;
+    if (gpu.whole == kNone || !gpu.healthy || !model::mask_allows(shape.models, gpu.model)) return std::nullopt;
+    const PartitionState& part = state.partition(gpu.whole);
+    if (shape.kind == model::SliceKind::kWhole) {
+      if (!part.empty()) return std::nullopt;
+      planned.uses.push_back({gpu.whole, part.total_blocks, part.total_mem});
+    } else {
+      int64_t mem = shape.vram_mib >= 0 ? shape.vram_mib : state.default_mem(part, shape.blocks);
+      if (part.exclusive || part.free_blocks < shape.blocks || part.free_mem < mem) return std::nullopt;
+      planned.uses.push_back({gpu.whole, static_cast<int16_t>(shape.blocks), mem});
+    }
+  }
+  if (static_cast<int>(planned.uses.size()) != wanted) return std::nullopt;
+  Plan plan;
+  plan.nodes.push_back(std::move(planned));
+  return impl_->take(plan, shape, job);
 }
 
 void Placer::release(JobIndex job) {

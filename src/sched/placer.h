@@ -31,6 +31,11 @@ class Placer {
   std::optional<std::vector<NodeGrant>> place(const model::JobSpec& spec, JobIndex job);
   // The same, on node `node` only (a single-node job): where a migration has just made room.
   std::optional<std::vector<NodeGrant>> place_on(const model::JobSpec& spec, uint32_t node, JobIndex job);
+  // Takes exactly the GPUs `gpu_indexes` (a bit per GPU index of `node`; none for a host-only job)
+  // for a single-node block, whole-GPU or host-only job, unscored: where a planned re-pack puts it.
+  // nullopt, changing nothing, when it does not fit there (or the kind is MIG).
+  std::optional<std::vector<NodeGrant>> place_at(const model::JobSpec& spec, uint32_t node, uint32_t gpu_indexes,
+                                                 JobIndex job);
   // Gives back what `job` holds (it moves, or leaves); restore() takes it again, exactly where it
   // was (to undo a tentative release). Both no-ops for a job that holds nothing.
   void release(JobIndex job);

@@ -16,8 +16,17 @@
 namespace cnlab::sim {
 
 struct MigrationLimits {
-  int max_moves = 4;         // pods moved to make room for one pod
+  int max_moves = 4;         // pods moved to make room for one pod (single-level moves)
   int candidate_nodes = 8;   // nodes tried, cheapest first, before giving up on a pod
+  // Re-pack, when no single-level move makes room: the sharing pods on the GPU(s) the pod could
+  // take and on the `repack_pool` GPUs with the most free milli elsewhere (and the target node's
+  // other GPUs) come off together and are placed again, largest first, with the pod that needs the
+  // room: moves into holes, chains (a pod moves to make room for a moved one) and swaps in one
+  // exact sub-problem. Accepted only when everything fits and at most `repack_moves` pods change
+  // GPU; `repack_targets` places for the pod are tried. 0 turns re-packing off.
+  int repack_targets = 8;
+  int repack_pool = 24;
+  int repack_moves = 8;
 };
 
 // The pods placed so far, as the engine applied them, by placement number (the order of on_placed
@@ -44,7 +53,8 @@ class Placements {
   std::vector<std::vector<uint32_t>> on_node_;
 };
 
-// Tries to make room for `pod` (which fits nowhere now) by moving placed pods, and places it.
+// Tries to make room for `pod` (which fits nowhere now) by moving placed pods, and places it:
+// single-level moves first, then a re-pack (MigrationLimits).
 // Returns how many pods moved (the pod is then applied and recorded), or nullopt when no move
 // within `limits` makes room (nothing changed). Placement numbers are kept in step with the
 // policy's (every apply goes with on_placed, every move with on_released / on_restored).

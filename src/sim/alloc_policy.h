@@ -74,6 +74,15 @@ class AllocPolicy {
     NodeIndex only[] = {node};
     return place(pod, cluster, only);
   }
+  // Puts `pod` exactly at `choice` (a re-pack planned where every pod goes); the engine applies it
+  // and calls on_placed after a true answer. False when the policy cannot follow (the engine then
+  // undoes the re-pack). By default true: a policy whose only view is the cluster has nothing to do.
+  virtual bool place_at(const Pod& pod, const AllocCluster& cluster, const Choice& choice) {
+    (void)pod;
+    (void)cluster;
+    (void)choice;
+    return true;
+  }
 };
 
 }  // namespace cnlab::sim

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 
 #include "sim/policies/best_fit_policy.h"
@@ -96,6 +97,150 @@ TEST_P(MigrationTest, NoMoveHappensWhenTheMovedPodsWouldFitNowhere) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, MigrationTest, ::testing::Values("bestfit", "cnlab"),
+                         [](const auto& info) { return info.param; });
+
+// BestFit, but it refuses the `refuse_at`-th place_at of a re-pack (0 = the first): stands for a
+// policy that cannot follow a planned move.
+class RefusingBestFit : public BestFitPolicy {
+ public:
+  explicit RefusingBestFit(int refuse_at) : refuse_at_(refuse_at) {}
+  bool place_at(const Pod& pod, const AllocCluster& cluster, const Choice& choice) override {
+    return calls_++ != refuse_at_ && BestFitPolicy::place_at(pod, cluster, choice);
+  }
+
+ private:
+  int refuse_at_, calls_ = 0;
+};
+
+// Three one-GPU nodes: a 700 (300 free), a 600 and a 150 (250 free), a 400 and a 100 (500 free). A
+// whole-GPU pod fits nowhere, and no single-level move makes room: the 400 fits no hole, nor does
+// the 600 or the 700. Re-packing the three GPUs does: the 400 goes beside the 600 once the 150 has
+// gone beside the 700, and the 100 follows it there (a chain of three moves).
+class RepackTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    std::vector<OpenbNode> nodes = {
+        {"a", 64000, 262144, 1, "V100M32"}, {"b", 64000, 262144, 1, "V100M32"}, {"c", 64000, 262144, 1, "V100M32"}};
+    cluster_ = std::make_unique<AllocCluster>(std::move(AllocCluster::build(nodes).value()));
+    std::vector<uint32_t> ranks = {0, 1, 2};
+    cluster_->reset(ranks);
+    if (GetParam() == "bestfit") policy_ = std::make_unique<BestFitPolicy>();
+    else if (GetParam() == "cnlab") policy_ = std::make_unique<CnlabPolicy>();
+    else policy_ = std::make_unique<RefusingBestFit>(2);
+    policy_->reset(*cluster_, RunContext{});
+    placements_ = std::make_unique<Placements>(cluster_->node_count());
+    put(sharing(1000, 700), 0);
+    put(sharing(1000, 600), 1);
+    put(sharing(1000, 150), 1);
+    put(sharing(1000, 400), 2);
+    put(sharing(1000, 100), 2);
+  }
+
+  void put(const Pod& pod, NodeIndex node) {
+    policy_->on_arrival(pod);
+    auto choice = policy_->place_on(pod, *cluster_, node);
+    ASSERT_TRUE(choice.has_value());
+    ASSERT_TRUE(cluster_->apply(pod, *choice));
+    policy_->on_placed(pod, *choice);
+    placements_->add(pod, *choice);
+  }
+  // The GPU milli of the pods on each node, sorted, as Placements records them.
+  std::vector<std::vector<int>> layout() const {
+    std::vector<std::vector<int>> out(cluster_->node_count());
+    for (NodeIndex n = 0; n < cluster_->node_count(); ++n) {
+      for (uint32_t p : placements_->on_node(n)) out[n].push_back(placements_->pod(p).gpu_milli);
+      std::sort(out[n].begin(), out[n].end());
+    }
+    return out;
+  }
+  // What the cluster holds matches the placements: per node, the GPU milli used.
+  void expect_cluster_matches_placements() const {
+    auto l = layout();
+    for (NodeIndex n = 0; n < cluster_->node_count(); ++n) {
+      int used = 0;
+      for (int m : l[n]) used += m;
+      EXPECT_EQ(kGpuMilli - cluster_->gpu_free(n)[0], used) << "node " << n;
+    }
+  }
+
+  std::unique_ptr<AllocCluster> cluster_;
+  std::unique_ptr<AllocPolicy> policy_;
+  std::unique_ptr<Placements> placements_;
+};
+
+class RepackPlacesTest : public RepackTest {};
+
+TEST_P(RepackPlacesTest, OnlyARepackMakesRoomForAWholeGpuPod) {
+  Pod big = whole(4000, 1);
+  policy_->on_arrival(big);
+  MigrationLimits single_level_only;
+  single_level_only.repack_targets = 0;
+  ASSERT_FALSE(migrate_to_place(big, *cluster_, *policy_, *placements_, single_level_only).has_value());
+  ASSERT_EQ(cluster_->gpu_allocated_total(), 1950);
+
+  auto moved = migrate_to_place(big, *cluster_, *policy_, *placements_, MigrationLimits{});
+  ASSERT_TRUE(moved.has_value());
+  EXPECT_EQ(*moved, 3);  // the 400, the 150 and the 100 changed GPU; the 700 and the 600 stayed
+  EXPECT_EQ(cluster_->gpu_allocated_total(), 1950 + kGpuMilli);
+  EXPECT_EQ(layout(), (std::vector<std::vector<int>>{{100, 150, 700}, {400, 600}, {1000}}));
+  expect_cluster_matches_placements();
+  // The policy followed every move: a 50 now goes where the cluster has room (node a, 50 free).
+  Pod small = sharing(1000, 50);
+  policy_->on_arrival(small);
+  std::vector<NodeIndex> feasible;
+  for (NodeIndex n = 0; n < cluster_->node_count(); ++n) {
+    if (cluster_->fits(small, n)) feasible.push_back(n);
+  }
+  ASSERT_EQ(feasible, std::vector<NodeIndex>{0});
+  auto choice = policy_->place(small, *cluster_, feasible);
+  ASSERT_TRUE(choice.has_value());
+  EXPECT_TRUE(cluster_->apply(small, *choice));
+}
+
+TEST_P(RepackPlacesTest, ARepackNeedingMoreMovesThanTheBoundIsNotMade) {
+  Pod big = whole(4000, 1);
+  policy_->on_arrival(big);
+  MigrationLimits two_moves;
+  two_moves.repack_moves = 2;
+  auto before = layout();
+  EXPECT_FALSE(migrate_to_place(big, *cluster_, *policy_, *placements_, two_moves).has_value());
+  EXPECT_EQ(layout(), before);
+  EXPECT_EQ(cluster_->gpu_allocated_total(), 1950);
+}
+
+TEST_P(RepackPlacesTest, ARepackThatCannotFitChangesNothing) {
+  // With a 250 beside the 700, the pods and a whole GPU need 3,200 milli of the three GPUs' 3,000.
+  put(sharing(1000, 250), 0);
+  Pod big = whole(4000, 1);
+  policy_->on_arrival(big);
+  auto before = layout();
+  EXPECT_FALSE(migrate_to_place(big, *cluster_, *policy_, *placements_, MigrationLimits{}).has_value());
+  EXPECT_EQ(layout(), before);
+  EXPECT_EQ(cluster_->gpu_allocated_total(), 2200);
+  expect_cluster_matches_placements();
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, RepackPlacesTest, ::testing::Values("bestfit", "cnlab"),
+                         [](const auto& info) { return info.param; });
+
+class RepackUndoTest : public RepackTest {};
+
+TEST_P(RepackUndoTest, ARepackThePolicyCannotFollowIsUndoneAndNoPlacedPodIsLost) {
+  // The policy refuses the third landing (the pod itself, then the 400, then the 150).
+  Pod big = whole(4000, 1);
+  policy_->on_arrival(big);
+  auto before = layout();
+  EXPECT_FALSE(migrate_to_place(big, *cluster_, *policy_, *placements_, MigrationLimits{}).has_value());
+  EXPECT_EQ(layout(), before);
+  EXPECT_EQ(cluster_->gpu_allocated_total(), 1950);
+  expect_cluster_matches_placements();
+  // The pods are back on their own GPUs: the cluster takes them off and on again as they were.
+  for (NodeIndex n = 0; n < cluster_->node_count(); ++n) {
+    for (uint32_t p : placements_->on_node(n)) EXPECT_EQ(placements_->choice(p).node, n);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, RepackUndoTest, ::testing::Values("refusing"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

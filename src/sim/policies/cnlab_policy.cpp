@@ -104,6 +104,13 @@ std::optional<Choice> CnlabPolicy::place_on(const Pod& pod, const AllocCluster& 
   return choice_of(placer_->place_on(spec_of(pod, cluster), node, last_job_));
 }
 
+bool CnlabPolicy::place_at(const Pod& pod, const AllocCluster& cluster, const Choice& choice) {
+  last_job_ = next_job_++;
+  auto got = choice_of(placer_->place_at(spec_of(pod, cluster), choice.node, choice.gpus, last_job_));
+  CNLAB_CHECK_MSG(!got || (got->node == choice.node && got->gpus == choice.gpus), "place_at took other GPUs");
+  return got.has_value();
+}
+
 void CnlabPolicy::on_placed(const Pod& pod, const Choice& choice) {
   (void)pod;
   (void)choice;

@@ -35,6 +35,7 @@ class CnlabPolicy : public AllocPolicy {
   void on_released(uint32_t placement) override;
   void on_restored(uint32_t placement) override;
   std::optional<Choice> place_on(const Pod& pod, const AllocCluster& cluster, NodeIndex node) override;
+  bool place_at(const Pod& pod, const AllocCluster& cluster, const Choice& choice) override;
 
   // Fails naming the first node whose GPU model is not in the catalog; `label` names the node list.
   static Status catalog_models(const AllocCluster& cluster, std::string_view label);
