@@ -176,7 +176,13 @@ std::string encode(const LaunchSpec& spec) {
             {"gid", spec.gid},
             {"groups", groups},
             {"cgroup", cgroups::to_json(spec.cgroup)},
-            {"isolation", capabilities_json(spec.isolation)}};
+            {"isolation", capabilities_json(spec.isolation)},
+            {"shim_command", spec.shim_command}};
+  if (!spec.restore_from.empty()) {
+    json["restore_from"] = spec.restore_from;
+    json["criu"] = spec.criu;
+    json["restore_timeout_ms"] = spec.restore_timeout_ms;
+  }
   return dump(json);
 }
 
@@ -189,6 +195,10 @@ Result<LaunchSpec> decode_spec(std::string_view text) {
   spec.argv = strings(reader, "argv");
   spec.env = strings(reader, "env");
   spec.working_dir = reader.string_or("working_dir", "/");
+  spec.shim_command = strings(reader, "shim_command");
+  spec.restore_from = reader.string_or("restore_from", "");
+  spec.criu = reader.string_or("criu", "");
+  spec.restore_timeout_ms = reader.integer_or("restore_timeout_ms", 120000, 1, INT32_MAX);
   spec.hostname = reader.string_or("hostname", "");
   spec.namespaces = reader.boolean_or("namespaces", false);
   spec.switch_user = reader.boolean_or("switch_user", false);
@@ -225,7 +235,10 @@ std::string encode(const ShimState& state) {
                    {"shim_start_time", state.shim_start_time},
                    {"job_pid", state.job_pid},
                    {"job_start_time", state.job_start_time},
-                   {"pid_namespace", state.pid_namespace}});
+                   {"pid_namespace", state.pid_namespace},
+                   {"stdout_pipe", state.stdout_pipe},
+                   {"stderr_pipe", state.stderr_pipe},
+                   {"status_pipe", state.status_pipe}});
 }
 
 Result<ShimState> decode_state(std::string_view text) {
@@ -238,6 +251,9 @@ Result<ShimState> decode_state(std::string_view text) {
   state.job_pid = static_cast<pid_t>(reader.integer_or("job_pid", 0, 0, INT32_MAX));
   state.job_start_time = static_cast<uint64_t>(reader.integer_or("job_start_time", 0, 0, INT64_MAX));
   state.pid_namespace = reader.boolean_or("pid_namespace", false);
+  state.stdout_pipe = static_cast<uint64_t>(reader.integer_or("stdout_pipe", 0, 0, INT64_MAX));
+  state.stderr_pipe = static_cast<uint64_t>(reader.integer_or("stderr_pipe", 0, 0, INT64_MAX));
+  state.status_pipe = static_cast<uint64_t>(reader.integer_or("status_pipe", 0, 0, INT64_MAX));
   if (!reader.has("shim_pid")) reader.fail(Error::invalid_argument("state.json.shim_pid", "", "required"));
   if (auto s = reader.status(); !s) return s.error();
   return state;

@@ -61,6 +61,13 @@ struct LaunchSpec {
   std::vector<uint32_t> groups;
   cgroups::JobCgroup cgroup;
   RuntimeCapabilities isolation;  // what was applied
+  // How the init re-executes itself inside the namespaces (the runtime's shim_command): an init
+  // that is a fresh image there maps nothing through the host's mounts, which CRIU requires.
+  std::vector<std::string> shim_command;
+  // Restore instead of exec: CRIU's images of the job (JobHandle::checkpoint) and the CRIU binary.
+  std::string restore_from;
+  std::string criu;
+  int64_t restore_timeout_ms = 120000;
 };
 std::string encode(const LaunchSpec& spec);
 Result<LaunchSpec> decode_spec(std::string_view text);
@@ -72,6 +79,9 @@ struct ShimState {
   pid_t job_pid = 0;  // the namespace's init, or the command itself (in this PID ns)
   uint64_t job_start_time = 0;
   bool pid_namespace = false;
+  // The inodes of the pipes between the job and the shim (its stdout and stderr, the init's
+  // status pipe): the ends CRIU finds outside the dumped tree and that a restore re-attaches.
+  uint64_t stdout_pipe = 0, stderr_pipe = 0, status_pipe = 0;
 };
 std::string encode(const ShimState& state);
 Result<ShimState> decode_state(std::string_view text);

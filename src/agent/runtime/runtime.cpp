@@ -26,6 +26,7 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/runtime/cgroups.h"
+#include "agent/runtime/criu.h"
 #include "agent/runtime/job_files.h"
 #include "agent/runtime/output_format.h"
 #include "common/json_reader.h"
@@ -51,6 +52,8 @@ struct JobRecord {
   pid_t job_pid = 0;
   uint64_t job_start_time = 0;
   std::string no_state_reason;  // set when adopt() found no state.json
+  std::string criu;             // empty: the runtime has no working CRIU
+  milliseconds checkpoint_timeout{120000};
 };
 
 namespace {
@@ -499,6 +502,67 @@ Status JobHandle::signal(int sig) const {
 
 Status JobHandle::send_checkpoint_signal() const { return signal(SIGUSR1); }
 
+Result<JobHandle::Checkpoint> JobHandle::checkpoint(const fs::path& images, bool leave_running) const {
+  const JobRecord& record = *record_;
+  if (record.criu.empty()) {
+    return Error::failed_precondition("job " + record.job_id + ": this runtime takes no transparent checkpoints");
+  }
+  if (!record.namespaces) {
+    return Error::failed_precondition("job " + record.job_id +
+                                      " has no PID namespace of its own: CRIU dumps a job only as a whole namespace");
+  }
+  if (status_of(record).state != JobState::kRunning) {
+    return Error::failed_precondition("job " + record.job_id + " is not running");
+  }
+  auto state_text = jobfiles::read_trusted(record.job_dir / jobfiles::kState);
+  if (!state_text) return state_text.error();
+  auto state = jobfiles::decode_state(*state_text);
+  if (!state) return state.error();
+  std::error_code ec;
+  if (!fs::create_directory(images, ec) || ec) {
+    return Error::of(ErrorCode::kAlreadyExists, "images", images.string(),
+                     ec ? "mkdir: " + ec.message() : "exists: a checkpoint is written into a new directory");
+  }
+  ::chmod(images.c_str(), 0700);
+  const criu::Pipes pipes{state->stdout_pipe, state->stderr_pipe, state->status_pipe};
+  if (auto s = jobfiles::write_atomic(images, criu::kPipesFile, criu::encode(pipes)); !s) return s.error();
+  const fs::path log = images / "dump.log";
+  auto ran = criu::run(criu::dump_args(record.criu, record.job_pid, images, log, leave_running),
+                       record.checkpoint_timeout);
+  if (!ran) return ran.error();
+  if (ran->timed_out) {
+    spdlog::error("job checkpoint hung job=\"{}\" timeout_ms={}; CRIU killed", record.job_id,
+                  record.checkpoint_timeout.count());
+    return Error::of(ErrorCode::kUnavailable, "job", record.job_id,
+                     fmt::format("CRIU did not finish the dump within {}ms and was killed; {}",
+                                 record.checkpoint_timeout.count(), criu::log_errors(log)));
+  }
+  if (ran->exit_code != 0) {
+    return Error::of(ErrorCode::kFailedPrecondition, "job", record.job_id,
+                     "CRIU could not dump it: " + criu::log_errors(log));
+  }
+  Checkpoint taken;
+  taken.pause = ran->took;
+  for (const auto& entry : fs::directory_iterator(images, ec)) {
+    if (entry.is_regular_file(ec)) taken.bytes += entry.file_size(ec);
+  }
+  spdlog::info("job checkpointed job=\"{}\" images=\"{}\" bytes={} pause_ms={} leave_running={}", record.job_id,
+               images.string(), taken.bytes, taken.pause.count(), leave_running);
+  return taken;
+}
+
+std::string find_criu() {
+  for (const char* dir : {"/usr/local/sbin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr/bin", "/bin"}) {
+    const std::string path = std::string(dir) + "/criu";
+    if (::access(path.c_str(), X_OK) == 0) return path;
+  }
+  return "";
+}
+
+Result<int> rewrite_checkpoint_paths(const fs::path& images, const fs::path& from, const fs::path& to) {
+  return criu::rewrite_paths(images, from.string(), to.string());
+}
+
 Result<JobStatus> JobHandle::stop(milliseconds grace, milliseconds kill_timeout) const {
   const JobRecord& record = *record_;
   JobStatus status = status_of(record);
@@ -603,6 +667,18 @@ Result<std::unique_ptr<Runtime>> Runtime::create(RuntimeOptions options) {
     caps.namespaces_reason = "disabled by the runtime's options";
   }
   caps.switch_user = ::geteuid() == 0;
+  if (options.criu.empty()) {
+    caps.checkpoint_reason = "no CRIU configured";
+  } else if (!caps.namespaces) {
+    caps.checkpoint_reason = "CRIU dumps a job as its own PID namespace, and namespaces are unavailable";
+  } else if (auto checked = criu::check(options.criu, std::chrono::seconds(30)); !checked) {
+    caps.checkpoint_reason = checked.error().message;
+  } else {
+    caps.checkpoint = true;
+  }
+  if (!caps.checkpoint && !options.criu.empty()) {
+    spdlog::warn("runtime: transparent checkpoints unavailable reason=\"{}\"", caps.checkpoint_reason);
+  }
 
   if (caps.cgroups == CgroupVersion::kNone) {
     spdlog::warn("runtime: cgroups unavailable reason=\"{}\"; jobs run without limits, killed by process group",
@@ -616,9 +692,9 @@ Result<std::unique_ptr<Runtime>> Runtime::create(RuntimeOptions options) {
   }
   spdlog::info(
       "runtime: ready cgroups={} cpu_limit={} memory_limit={} swap_limit={} pids_limit={} namespaces={} "
-      "switch_user={}",
+      "switch_user={} checkpoint={}",
       to_string(caps.cgroups), caps.cpu_limit, caps.memory_limit, caps.swap_limit, caps.pids_limit, caps.namespaces,
-      caps.switch_user);
+      caps.switch_user, caps.checkpoint);
   impl->options = std::move(options);
   return std::unique_ptr<Runtime>(new Runtime(std::move(impl)));
 }
@@ -693,6 +769,16 @@ Result<JobHandle> Runtime::start(const ProcessSpec& spec) {
   const std::string cgroup_name = spec.cgroup_name.empty() ? cgroup_name_for(spec.job_id) : spec.cgroup_name;
   launch.hostname = spec.hostname.empty() ? default_hostname(cgroup_name) : spec.hostname;
   launch.namespaces = caps.namespaces;
+  if (caps.namespaces) launch.shim_command = impl_->options.shim_command;
+  if (!spec.restore_from.empty()) {
+    if (!caps.checkpoint) {
+      return Error::failed_precondition("cannot restore job " + spec.job_id + " from its checkpoint here: " +
+                                        caps.checkpoint_reason);
+    }
+    launch.restore_from = fs::absolute(spec.restore_from).string();
+    launch.criu = impl_->options.criu;
+    launch.restore_timeout_ms = impl_->options.checkpoint_timeout.count();
+  }
   launch.switch_user = user->switch_user;
   launch.uid = user->uid;
   launch.gid = user->gid;
@@ -778,7 +864,9 @@ Result<JobHandle> Runtime::start(const ProcessSpec& spec) {
 
   // The shim's report: one JSON line, once the job's command has been exec'd (or failed to be).
   std::string line;
-  const auto deadline = steady_clock::now() + impl_->options.start_timeout;
+  const milliseconds start_timeout =
+      impl_->options.start_timeout + (spec.restore_from.empty() ? milliseconds(0) : impl_->options.checkpoint_timeout);
+  const auto deadline = steady_clock::now() + start_timeout;
   bool timed_out = false;
   while (line.find('\n') == std::string::npos) {
     const auto left = std::chrono::ceil<milliseconds>(deadline - steady_clock::now()).count();
@@ -803,7 +891,7 @@ Result<JobHandle> Runtime::start(const ProcessSpec& spec) {
     ::kill(shim, SIGKILL);
     int status = 0;
     ::waitpid(shim, &status, 0);
-    const std::string why = timed_out ? fmt::format("did not report within {}ms", impl_->options.start_timeout.count())
+    const std::string why = timed_out ? fmt::format("did not report within {}ms", start_timeout.count())
                                       : "exited without reporting";
     spdlog::error("job start failed job=\"{}\" shim_pid={} error=\"the shim {}\"", spec.job_id, shim, why);
     return fail(Error::of(ErrorCode::kInternal, "job_dir", dir.string(),
@@ -824,6 +912,8 @@ Result<JobHandle> Runtime::start(const ProcessSpec& spec) {
   record->cgroup = launch.cgroup;
   record->namespaces = launch.namespaces;
   record->shim_pid = shim;
+  if (impl_->capabilities.checkpoint) record->criu = impl_->options.criu;
+  record->checkpoint_timeout = impl_->options.checkpoint_timeout;
   if (auto stat = jobfiles::read_proc_stat(shim)) record->shim_start_time = stat->start_time;
   if (auto state_text = jobfiles::read_trusted(dir / jobfiles::kState)) {
     if (auto state = jobfiles::decode_state(*state_text)) {
@@ -858,6 +948,8 @@ Result<JobHandle> Runtime::adopt(const fs::path& job_dir) {
   record->isolation = launch->isolation;
   record->cgroup = launch->cgroup;
   record->namespaces = launch->namespaces;
+  if (impl_->capabilities.checkpoint) record->criu = impl_->options.criu;
+  record->checkpoint_timeout = impl_->options.checkpoint_timeout;
   auto state_text = jobfiles::read_trusted(dir / jobfiles::kState);
   if (state_text) {
     auto state = jobfiles::decode_state(*state_text);

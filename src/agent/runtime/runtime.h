@@ -78,6 +78,10 @@ struct ProcessSpec {
   // the job's user.
   std::filesystem::path job_dir;
   std::string cgroup_name;        // empty: cgroup_name_for(job_id)
+  // A directory JobHandle::checkpoint wrote (its paths already where this node keeps the job's
+  // files: rewrite_checkpoint_paths): the job is restored from it, exactly where it was, instead
+  // of started from argv. Needs capabilities().checkpoint.
+  std::filesystem::path restore_from;
   std::string hostname;           // the job's hostname in its UTS namespace; empty: cgroup name
   RunAs run_as;
 };
@@ -105,6 +109,10 @@ struct RuntimeCapabilities {
   bool switch_user = false;       // RunAs can be honoured (the agent is root)
   std::string cgroups_reason;     // why cgroups are off or partial; empty when all is well
   std::string namespaces_reason;  // why namespaces are off; empty when they work
+  // Transparent checkpoints (CRIU): a running job's whole tree dumped and restored, here or on
+  // another node. Needs namespaces, root and a CRIU whose `criu check` passes.
+  bool checkpoint = false;
+  std::string checkpoint_reason;  // why not; empty when they work
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -154,6 +162,19 @@ class JobHandle {
   // SIGUSR1, the checkpoint signal: a job that handles it saves its state.
   Status send_checkpoint_signal() const;
 
+  // Dumps the job's whole process tree (its PID namespace: memory, threads, signals, open files
+  // and their offsets, pipes, its mount, IPC and UTS namespaces) into `images` (created; must not
+  // exist) with CRIU. With `leave_running` the job carries on; without, it ends there (its
+  // status: killed by SIGKILL, stopped) and can be restored from `images` (ProcessSpec::
+  // restore_from). `pause` is how long the job was frozen. Fails (the job untouched, or running
+  // on after a CRIU that hung was killed) on a runtime without capabilities().checkpoint, a job
+  // without a PID namespace, or a tree CRIU cannot dump (its log's errors in the message).
+  struct Checkpoint {
+    std::chrono::milliseconds pause{0};
+    uint64_t bytes = 0;  // the images' size
+  };
+  Result<Checkpoint> checkpoint(const std::filesystem::path& images, bool leave_running) const;
+
   // SIGTERM to the command, up to `grace` for it to end, then SIGKILL to the job's whole tree
   // through the shim (the namespace's init, the process group, the cgroup) and up to
   // `kill_timeout` for the shim to record the end. If the shim is gone or does not answer, kills
@@ -184,7 +205,21 @@ struct RuntimeOptions {
   std::string cgroup_parent = "cnlab";
   std::filesystem::path mountinfo = "/proc/self/mountinfo";  // where to find the cgroup mounts
   std::chrono::milliseconds start_timeout{10000};            // for the shim to start the job
+  // The CRIU binary for transparent checkpoints (absolute); empty: none. Detected with
+  // `criu check` at create(); capabilities().checkpoint says whether it works.
+  std::string criu;
+  std::chrono::milliseconds checkpoint_timeout{120000};  // a dump's or a restore's longest run
 };
+
+// Where this machine's `criu` is: /usr/local/sbin, /usr/sbin, /sbin, /usr/local/bin, /usr/bin, /bin
+// (install-criu.sh puts it in the first); empty when none is there.
+std::string find_criu();
+
+// Rewrites the paths of a checkpoint's images that lie below `from` (the job's directory on the
+// node that dumped it) to lie below `to` (where this node keeps it), for a restore here. The
+// number of paths rewritten.
+Result<int> rewrite_checkpoint_paths(const std::filesystem::path& images, const std::filesystem::path& from,
+                                     const std::filesystem::path& to);
 
 // Thread-safe after create().
 class Runtime {

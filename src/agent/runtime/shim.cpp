@@ -38,6 +38,7 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "agent/runtime/criu.h"
 #include "agent/runtime/job_files.h"
 #include "agent/runtime/output_format.h"
 #include "agent/runtime/runtime.h"
@@ -61,6 +62,7 @@ constexpr milliseconds kReapTimeout{1000};
 constexpr size_t kReadBytes = 64 * 1024;
 constexpr int kPipeBytes = 1024 * 1024;
 constexpr const char* kDefaultPath = "/usr/local/bin:/usr/bin:/bin";
+constexpr std::string_view kInitFlag = "--init";
 
 // Where the job's processes find their descriptors between fork and exec.
 constexpr int kExecErrFd = 3;     // a failure record for the shim (close-on-exec: EOF = exec'd)
@@ -85,6 +87,8 @@ enum class Stage : int32_t {
   kSetuid,
   kChdir,
   kExec,
+  kExecInit,
+  kRestore,
 };
 
 const char* stage_name(Stage stage) {
@@ -103,6 +107,8 @@ const char* stage_name(Stage stage) {
     case Stage::kSetuid: return "setuid";
     case Stage::kChdir: return "chdir";
     case Stage::kExec: return "exec";
+    case Stage::kExecInit: return "exec_init";
+    case Stage::kRestore: return "restore";
   }
   return "unknown";
 }
@@ -147,7 +153,38 @@ struct ExecPlan {
   std::vector<char*> argv;
   std::vector<char*> envp;
   std::vector<gid_t> groups;
+  std::vector<std::string> init_args;  // the init's re-exec (empty: it runs forked)
+  std::vector<char*> init_argv;
 };
+
+// Everything the command's process (and the init's re-exec) needs, built while allocation is
+// harmless: before any fork.
+void build_plan(jobfiles::LaunchSpec& spec, const fs::path& job_dir, ExecPlan& plan) {
+  const std::string& name = spec.argv[0];
+  if (name.find('/') != std::string::npos) {
+    plan.candidates.push_back(name);
+  } else {
+    std::string path = kDefaultPath;
+    for (const auto& entry : spec.env) {
+      if (entry.rfind("PATH=", 0) == 0) path = entry.substr(5);
+    }
+    for (auto dir : split(path, ':')) {
+      plan.candidates.push_back(fmt::format("{}/{}", dir.empty() ? "." : dir, name));
+    }
+  }
+  for (auto& arg : spec.argv) plan.argv.push_back(arg.data());
+  plan.argv.push_back(nullptr);
+  for (auto& entry : spec.env) plan.envp.push_back(entry.data());
+  plan.envp.push_back(nullptr);
+  plan.groups.assign(spec.groups.begin(), spec.groups.end());
+  if (plan.groups.empty()) plan.groups.push_back(spec.gid);
+  if (!spec.shim_command.empty()) {
+    plan.init_args = spec.shim_command;
+    plan.init_args.insert(plan.init_args.end(), {std::string(kInitFlag), std::string(jobfiles::kJobDirFlag), job_dir.string()});
+    for (auto& arg : plan.init_args) plan.init_argv.push_back(arg.data());
+    plan.init_argv.push_back(nullptr);
+  }
+}
 
 // In the command's process: from a copy of the shim (or init) to the job's program.
 [[noreturn]] void exec_command(const jobfiles::LaunchSpec& spec, ExecPlan& plan, bool own_session) {
@@ -214,6 +251,15 @@ bool forwarded(int sig) {
   sigset_t all;
   sigfillset(&all);
   ::sigprocmask(SIG_SETMASK, &all, nullptr);
+  // The shim's stdin, stdout and stderr are files reached through the host's mounts; opened
+  // afresh in the job's mount namespace, nothing of the tree refers outside it but the pipes to
+  // the shim, which is what lets CRIU dump it.
+  const int null_fd = ::open("/dev/null", O_RDWR);
+  if (null_fd < 0) child_fail(Stage::kFds, errno);
+  for (int fd : {STDIN_FILENO, STDOUT_FILENO, STDERR_FILENO}) {
+    if (::dup2(null_fd, fd) < 0) child_fail(Stage::kFds, errno);
+  }
+  if (null_fd > STDERR_FILENO) ::close(null_fd);
   if (auto s = spec.cgroup.join_self(); !s) child_fail(Stage::kJoinCgroup, EIO);
   // Private propagation first, so the fresh /proc does not leak into the host's namespace.
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) child_fail(Stage::kMountPrivate, errno);
@@ -248,15 +294,49 @@ bool forwarded(int sig) {
   }
 }
 
+// The init as a fresh image inside the namespaces: `<shim_command> --init --job-dir DIR`. A forked
+// copy of the shim would keep the shim's binary and libraries mapped through the host's mounts,
+// which CRIU cannot name from the job's mount namespace. Keeps the descriptors the init needs.
+[[noreturn]] void exec_init(const jobfiles::LaunchSpec& spec, const std::vector<char*>& init_argv) {
+  for (int fd : {kExecErrFd, kInitStatusFd}) ::fcntl(fd, F_SETFD, 0);
+  ::execv(init_argv[0], init_argv.data());
+  for (int fd : {kExecErrFd, kInitStatusFd}) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+  child_fail(Stage::kExecInit, errno);
+  (void)spec;
+}
+
 // Between the shim and the init: unshares the namespaces (the next child becomes PID 1), forks
 // the init, tells the shim its pid and exits.
 [[noreturn]] void run_middle(const jobfiles::LaunchSpec& spec, ExecPlan& plan) {
   if (::unshare(CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS) != 0) child_fail(Stage::kUnshare, errno);
   const pid_t init = ::fork();
   if (init < 0) child_fail(Stage::kForkInit, errno);
-  if (init == 0) run_init(spec, plan);
+  if (init == 0) {
+    if (!plan.init_argv.empty()) exec_init(spec, plan.init_argv);
+    run_init(spec, plan);  // a spec from before the init re-executed itself
+  }
   (void)!::write(kPidFd, &init, sizeof init);
   ::_exit(0);
+}
+
+// `--init`: the init re-executed inside the job's namespaces by exec_init, with the descriptors
+// laid out as before. Failures go to the shim through kExecErrFd, as from the forked init.
+[[noreturn]] void init_main(const fs::path& job_dir) {
+  // Close-on-exec again: the command's exec closing kExecErrFd is how the shim learns it ran.
+  for (int fd : {kExecErrFd, kInitStatusFd}) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+  auto text = jobfiles::read_trusted(job_dir / jobfiles::kSpec);
+  if (!text) child_fail(Stage::kExecInit, EIO);
+  auto spec = jobfiles::decode_spec(*text);
+  if (!spec) child_fail(Stage::kExecInit, EINVAL);
+  spec->shim_command.clear();  // this is the init: no further re-exec
+  ExecPlan plan;
+  build_plan(*spec, job_dir, plan);
+  run_init(*spec, plan);
+}
+
+uint64_t pipe_inode(int fd) {
+  struct stat st {};
+  return fd >= 0 && ::fstat(fd, &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
 }
 
 // Reads exactly `size` bytes unless EOF or the deadline comes first; returns the bytes read.
@@ -292,6 +372,7 @@ class Shim {
  private:
   Status prepare();
   Status launch();
+  Status launch_restore();
   void fail_start(const Error& error, const std::string& stage, int err);
   void report(const Json& message);
   void loop();
@@ -325,6 +406,7 @@ class Shim {
   steady_clock::time_point out_since_;
   output::TimestampFormatter stamps_;
   pid_t job_pid_ = 0;
+  milliseconds restore_took_{0};
   bool job_done_ = false;
   int job_status_ = 0;
   bool stopped_ = false;
@@ -354,25 +436,7 @@ Status Shim::prepare() {
   if (!spec) return spec.error();
   spec_ = std::move(*spec);
 
-  // The exec plan: everything the command's process needs, built while allocation is harmless.
-  const std::string& name = spec_.argv[0];
-  if (name.find('/') != std::string::npos) {
-    plan_.candidates.push_back(name);
-  } else {
-    std::string path = kDefaultPath;
-    for (const auto& entry : spec_.env) {
-      if (entry.rfind("PATH=", 0) == 0) path = entry.substr(5);
-    }
-    for (auto dir : split(path, ':')) {
-      plan_.candidates.push_back(fmt::format("{}/{}", dir.empty() ? "." : dir, name));
-    }
-  }
-  for (auto& arg : spec_.argv) plan_.argv.push_back(arg.data());
-  plan_.argv.push_back(nullptr);
-  for (auto& entry : spec_.env) plan_.envp.push_back(entry.data());
-  plan_.envp.push_back(nullptr);
-  plan_.groups.assign(spec_.groups.begin(), spec_.groups.end());
-  if (plan_.groups.empty()) plan_.groups.push_back(spec_.gid);
+  build_plan(spec_, dir_, plan_);
 
   const fs::path control = dir_ / jobfiles::kControl;
   if (::mkfifo(control.c_str(), 0600) != 0) {
@@ -399,6 +463,7 @@ Status Shim::prepare() {
 }
 
 Status Shim::launch() {
+  if (!spec_.restore_from.empty()) return launch_restore();
   const auto deadline = steady_clock::now() + kStartTimeout;
   const pid_t child = ::fork();
   if (child < 0) {
@@ -451,6 +516,98 @@ Status Shim::launch() {
     fail_start(Error::internal(message), "start", 0);
     return Error::internal(message);
   }
+  return {};
+}
+
+// A job restored from CRIU's images instead of started: `criu restore --restore-detached` runs in
+// the job's cgroup (the restored tree inherits it) with the shim's new pipes handed in for the
+// ones the images name outside the tree; the restored init is then re-parented to the shim, the
+// subreaper, and carries on as if it had been started here.
+Status Shim::launch_restore() {
+  const fs::path images = spec_.restore_from;
+  auto meta_text = jobfiles::read_trusted(images / criu::kPipesFile);
+  auto pipes = meta_text ? criu::decode_pipes(*meta_text) : Result<criu::Pipes>(meta_text.error());
+  if (!pipes) {
+    fail_start(pipes.error(), "restore", 0);
+    return pipes.error();
+  }
+  const fs::path pid_file = dir_ / "restore.pid";
+  std::vector<std::string> args = criu::restore_args(spec_.criu, images, dir_ / "restore.log", pid_file, *pipes,
+                                                     kInitStatusFd, kStdoutFd, kStderrFd);
+  std::vector<char*> argv;
+  for (auto& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env = criu::environment();
+  std::vector<char*> envp;
+  for (auto& entry : env) envp.push_back(entry.data());
+  envp.push_back(nullptr);
+
+  const auto started = steady_clock::now();
+  const pid_t child = ::fork();
+  if (child < 0) {
+    const Error error = Error::internal("fork: " + errno_text(errno));
+    fail_start(error, "fork", errno);
+    return error;
+  }
+  if (child == 0) {
+    layout_child_fds({exec_err_[1], init_status_[1], out_[1], err_[1], -1});
+    ::fcntl(kInitStatusFd, F_SETFD, 0);  // handed to the restored init
+    const int null_fd = ::open("/dev/null", O_RDWR);
+    for (int fd : {STDIN_FILENO, STDOUT_FILENO}) ::dup2(null_fd, fd);
+    if (auto s = spec_.cgroup.join_self(); !s) child_fail(Stage::kJoinCgroup, EIO);
+    ::execve(argv[0], argv.data(), envp.data());
+    child_fail(Stage::kRestore, errno);
+  }
+  for (int* fd : {&exec_err_[1], &init_status_[1], &out_[1], &err_[1]}) {
+    ::close(*fd);
+    *fd = -1;
+  }
+  // CRIU's own run: wait for it to exit, never longer than the restore timeout (a CRIU that hangs
+  // is killed, and the start fails).
+  int status = 0;
+  bool exited = false;
+  const auto deadline = started + milliseconds(spec_.restore_timeout_ms);
+  while (steady_clock::now() < deadline) {
+    const pid_t got = ::waitpid(child, &status, WNOHANG);
+    if (got == child) {
+      exited = true;
+      break;
+    }
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  if (!exited) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, &status, 0);
+  }
+  ChildFailure failure;
+  if (read_until(exec_err_[0], &failure, sizeof failure, steady_clock::now() + milliseconds(1)) == sizeof failure) {
+    const std::string message =
+        fmt::format("cannot run CRIU \"{}\" to restore the job: {} at {}", spec_.criu, errno_text(failure.err),
+                    stage_name(static_cast<Stage>(failure.stage)));
+    fail_start(Error::failed_precondition(message), "restore", failure.err);
+    return Error::failed_precondition(message);
+  }
+  pid_t init = 0;
+  if (exited && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    auto text = cgroups::read_file(pid_file);
+    if (text) {
+      if (auto pid = parse_int(trim(*text), "restore.pid")) init = static_cast<pid_t>(*pid);
+    }
+  }
+  auto stat = jobfiles::read_proc_stat(init);
+  if (init <= 0 || !stat || stat->ppid != ::getpid()) {
+    const std::string message =
+        !exited ? fmt::format("CRIU did not restore the job within {}ms (killed)", spec_.restore_timeout_ms)
+                : fmt::format("CRIU could not restore the job ({}): {}",
+                              WIFEXITED(status) ? fmt::format("exit code {}", WEXITSTATUS(status))
+                                                : fmt::format("signal {}", WTERMSIG(status)),
+                              criu::log_errors(dir_ / "restore.log"));
+    if (init > 0 && stat) job_pid_ = init;  // restored but not ours: fail_start kills it
+    fail_start(Error::failed_precondition(message), "restore", 0);
+    return Error::failed_precondition(message);
+  }
+  job_pid_ = init;
+  restore_took_ = std::chrono::duration_cast<milliseconds>(steady_clock::now() - started);
   return {};
 }
 
@@ -720,6 +877,9 @@ int Shim::run() {
   state.shim_pid = ::getpid();
   state.job_pid = job_pid_;
   state.pid_namespace = spec_.namespaces;
+  state.stdout_pipe = pipe_inode(out_[0]);
+  state.stderr_pipe = pipe_inode(err_[0]);
+  state.status_pipe = pipe_inode(init_status_[0]);
   if (auto stat = jobfiles::read_proc_stat(state.shim_pid)) state.shim_start_time = stat->start_time;
   if (auto stat = jobfiles::read_proc_stat(job_pid_)) state.job_start_time = stat->start_time;
   if (auto s = jobfiles::write_atomic(dir_, jobfiles::kState, jobfiles::encode(state)); !s) {
@@ -728,7 +888,9 @@ int Shim::run() {
   }
   spdlog::info("job started job=\"{}\" shim_pid={} job_pid={} namespaces={} cgroups={}", spec_.job_id, state.shim_pid,
                job_pid_, spec_.namespaces, to_string(spec_.cgroup.version));
-  report(Json{{"ok", true}, {"shim_pid", state.shim_pid}, {"job_pid", job_pid_}});
+  Json started{{"ok", true}, {"shim_pid", state.shim_pid}, {"job_pid", job_pid_}};
+  if (!spec_.restore_from.empty()) started["restore_ms"] = restore_took_.count();
+  report(started);
   loop();
   finish();
   return 0;
@@ -742,9 +904,12 @@ int shim_main(int argc, char** argv) {
   spdlog::set_default_logger(logger);
   std::string job_dir;
   int status_fd = -1;
+  bool init = false;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
-    if (arg == jobfiles::kJobDirFlag && i + 1 < argc) {
+    if (arg == kInitFlag) {
+      init = true;
+    } else if (arg == jobfiles::kJobDirFlag && i + 1 < argc) {
       job_dir = argv[++i];
     } else if (arg == jobfiles::kStatusFdFlag && i + 1 < argc) {
       auto fd = parse_int(argv[++i], "--status-fd");
@@ -762,6 +927,7 @@ int shim_main(int argc, char** argv) {
     spdlog::error("--job-dir \"{}\": an absolute path is required", job_dir);
     return 2;
   }
+  if (init) init_main(job_dir);
   // Not to pin whatever directory the agent was started in.
   (void)!::chdir("/");
   Shim shim(job_dir, status_fd);

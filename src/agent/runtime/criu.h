@@ -1,0 +1,66 @@
+// CRIU, the checkpoint/restore engine: how the runtime calls it and what it keeps beside its
+// images. Private to src/agent/runtime (the public face is JobHandle::checkpoint and
+// ProcessSpec::restore_from in runtime.h).
+//
+// Every run gets CRIU_FAULT=130: CRIU's path that does not stop a task with a hardware breakpoint
+// after its parasite code. Virtual machines whose debug registers never fire (this build machine's)
+// hang in `criu dump` without it; elsewhere it only costs a few system calls per task. A run never
+// waits for CRIU without a deadline: one that hangs is killed and the call fails.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+
+namespace cnlab::agent::criu {
+
+// Written beside the images by JobHandle::checkpoint: the inodes of the job's pipes to its shim
+// when it was dumped, which a restore replaces with the new shim's (`--inherit-fd`).
+inline constexpr std::string_view kPipesFile = "cnlab-pipes.json";
+struct Pipes {
+  uint64_t stdout_pipe = 0, stderr_pipe = 0, status_pipe = 0;
+};
+std::string encode(const Pipes& pipes);
+Result<Pipes> decode_pipes(std::string_view text);
+
+// CRIU_FAULT=130 and a PATH for the helpers CRIU runs.
+std::vector<std::string> environment();
+
+// `criu dump` of the tree whose root (the job's init) is `pid`, into `images`. With
+// `leave_running` the tree carries on afterwards; without, CRIU kills it once dumped.
+std::vector<std::string> dump_args(const std::string& criu, pid_t pid, const std::filesystem::path& images,
+                                   const std::filesystem::path& log, bool leave_running);
+// `criu restore --restore-detached` of `images`, the new pipes' write ends at the given
+// descriptors of the CRIU process, the restored root's pid written to `pid_file`.
+std::vector<std::string> restore_args(const std::string& criu, const std::filesystem::path& images,
+                                      const std::filesystem::path& log, const std::filesystem::path& pid_file,
+                                      const Pipes& pipes, int status_fd, int stdout_fd, int stderr_fd);
+
+struct RunResult {
+  bool timed_out = false;
+  int exit_code = -1;  // -1: killed by a signal (or timed out)
+  std::chrono::milliseconds took{0};
+};
+// Runs a CRIU command (stdio to /dev/null, environment() as its environment) and waits for it up
+// to `timeout`, after which it is killed with SIGKILL.
+Result<RunResult> run(const std::vector<std::string>& argv, std::chrono::milliseconds timeout);
+
+// `criu check`: ok when CRIU can checkpoint on this machine; otherwise why not.
+Status check(const std::string& criu, std::chrono::milliseconds timeout);
+
+// The "Error" lines of a CRIU log (the last few, joined), for a failure's message.
+std::string log_errors(const std::filesystem::path& log);
+
+// Rewrites the paths of regular files (opened, mapped, working directories) in the images' file
+// table that lie at or below `from` to lie below `to` instead: a job restored on another node
+// finds its directory where that node keeps it. Returns how many paths were rewritten.
+Result<int> rewrite_paths(const std::filesystem::path& images, std::string_view from, std::string_view to);
+
+}  // namespace cnlab::agent::criu

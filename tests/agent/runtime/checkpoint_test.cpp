@@ -1,0 +1,236 @@
+// Transparent checkpoints through the real shim and the real CRIU: a Python job holding state in
+// memory (a counter), an open file it appends to and a child process is dumped, then restored in
+// another job directory (as on another node) and carries on exactly where it was. Needs root and
+// a CRIU whose `criu check` passes (scripts/install-criu.sh builds one; CI has it); each test
+// skips with the reason otherwise.
+#include <unistd.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <regex>
+
+#include <fmt/format.h>
+
+#include "agent/runtime/runtime.h"
+#include "test_support.h"
+
+namespace cnlab::agent {
+namespace {
+
+using ::testing::HasSubstr;
+using namespace std::chrono_literals;
+using namespace testing;
+namespace fs = std::filesystem;
+
+// Prints "tick N pid P child C alive A" every 100 ms and appends N to counter.txt (kept open).
+constexpr const char* kCounterJob = R"(
+import os, subprocess, sys, time
+out = open('counter.txt', 'a')
+child = subprocess.Popen([sys.executable, '-c', 'import time\nwhile True: time.sleep(0.05)'])
+i = 0
+while True:
+    print(f'tick {i} pid {os.getpid()} child {child.pid} alive {child.poll() is None}', flush=True)
+    out.write(f'{i}\n')
+    out.flush()
+    i += 1
+    time.sleep(0.1)
+)";
+
+struct Tick {
+  int n = -1;
+  std::string pid, child, alive;
+};
+
+std::optional<Tick> parse_tick(const std::string& text) {
+  static const std::regex pattern(R"(tick (\d+) pid (\d+) child (\d+) alive (\w+))");
+  std::smatch m;
+  if (!std::regex_match(text, m, pattern)) return std::nullopt;
+  return Tick{std::stoi(m[1]), m[2], m[3], m[4]};
+}
+
+std::vector<Tick> ticks(const std::vector<OutputLine>& lines) {
+  std::vector<Tick> out;
+  for (const auto& line : lines) {
+    if (auto t = parse_tick(line.text)) out.push_back(*t);
+  }
+  return out;
+}
+
+// Reads until the job has printed tick `n` (or the timeout passes).
+std::vector<OutputLine> read_until_tick(OutputReader& reader, int n, std::chrono::milliseconds timeout = 15s) {
+  std::vector<OutputLine> lines;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto batch = reader.read();
+    if (!batch) break;
+    bool found = false;
+    for (auto& line : *batch) {
+      auto t = parse_tick(line.text);
+      found = found || (t && t->n >= n);
+      lines.push_back(std::move(line));
+    }
+    if (found) break;
+    reader.wait(50ms);
+  }
+  return lines;
+}
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "CRIU needs root; CI runs as root";
+    const std::string criu = find_criu();
+    if (criu.empty()) GTEST_SKIP() << "no criu on this machine: scripts/install-criu.sh installs it (make deps)";
+    RuntimeOptions options = test_options();
+    options.criu = criu;
+    options.checkpoint_timeout = 60s;
+    auto runtime = Runtime::create(options);
+    ASSERT_TRUE(runtime) << runtime.error().to_string();
+    runtime_ = std::move(*runtime);
+    ASSERT_TRUE(runtime_->capabilities().checkpoint) << runtime_->capabilities().checkpoint_reason;
+  }
+  void TearDown() override {
+    EXPECT_TRUE(no_children_left(5s)) << "a shim outlived its job";
+    if (runtime_) {
+      EXPECT_TRUE(runtime_->remove_cgroup_parent());
+    }
+  }
+
+  // A node's copy of the job: <root>/<node>/job/{run,work}.
+  ProcessSpec counter_job(const std::string& node) {
+    const fs::path job = dir_.path() / node / "job";
+    fs::create_directories(job / "work");
+    ProcessSpec spec;
+    spec.job_id = "test/counter";
+    spec.argv = {"/usr/bin/python3", "-u", "-c", kCounterJob};
+    spec.env = {"PATH=/usr/local/bin:/usr/bin:/bin"};
+    spec.job_dir = job / "run";
+    spec.working_dir = (job / "work").string();
+    return spec;
+  }
+
+  std::vector<int> counter_file(const std::string& node) {
+    std::vector<int> out;
+    std::istringstream in(read_text(dir_.path() / node / "job" / "work" / "counter.txt"));
+    int n;
+    while (in >> n) out.push_back(n);
+    return out;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<Runtime> runtime_;
+};
+
+TEST_F(CheckpointTest, AJobDumpedOnOneNodeCarriesOnExactlyWhereItWasInAnotherDirectory) {
+  auto source = runtime_->start(counter_job("node-a"));
+  ASSERT_TRUE(source) << source.error().to_string();
+  auto reader = OutputReader::open(source->output_path());
+  ASSERT_TRUE(reader);
+  auto before = read_until_tick(*reader, 5);
+  ASSERT_FALSE(ticks(before).empty());
+
+  const fs::path images = dir_.path() / "images";
+  auto taken = source->checkpoint(images, /*leave_running=*/false);
+  ASSERT_TRUE(taken) << taken.error().to_string();
+  EXPECT_GT(taken->bytes, 1u << 20) << "a Python process and its child are megabytes of memory";
+  EXPECT_GT(taken->pause.count(), 0);
+  // Dumped without leave_running: the job is gone from this node.
+  const JobStatus ended = source->wait(10s);
+  EXPECT_EQ(ended.state, JobState::kExited);
+  for (auto& line : collect(*source, *reader)) before.push_back(std::move(line));
+  const std::vector<Tick> first = ticks(before);
+  ASSERT_GE(first.size(), 6u);
+  const Tick last = first.back();
+
+  // "Another node": the work directory moves, the images' paths follow it, the old one is gone.
+  const fs::path from = dir_.path() / "node-a" / "job", to = dir_.path() / "node-b" / "job";
+  fs::create_directories(to);
+  fs::copy(from / "work", to / "work", fs::copy_options::recursive);
+  fs::remove_all(from / "work");
+  auto rewritten = rewrite_checkpoint_paths(images, from, to);
+  ASSERT_TRUE(rewritten) << rewritten.error().to_string();
+  EXPECT_GE(*rewritten, 2) << "the open counter.txt and the working directory";
+
+  ProcessSpec again = counter_job("node-b");
+  again.restore_from = images;
+  auto restored = runtime_->start(again);
+  ASSERT_TRUE(restored) << restored.error().to_string();
+  auto restored_reader = OutputReader::open(restored->output_path());
+  ASSERT_TRUE(restored_reader);
+  const std::vector<Tick> after = ticks(read_until_tick(*restored_reader, last.n + 5));
+  ASSERT_FALSE(after.empty());
+  // No gap, no repeat: the first tick after the restore is the next one, with the same process
+  // (its PID in its namespace), the same child, still alive.
+  EXPECT_EQ(after.front().n, last.n + 1);
+  for (size_t i = 1; i < after.size(); ++i) EXPECT_EQ(after[i].n, after[i - 1].n + 1);
+  EXPECT_EQ(after.front().pid, last.pid);
+  EXPECT_EQ(after.front().child, last.child);
+  EXPECT_EQ(after.back().alive, "True");
+
+  auto stopped = restored->stop(2s);
+  ASSERT_TRUE(stopped) << stopped.error().to_string();
+  // The file it kept open was appended to at its offset: every number once, in order.
+  const std::vector<int> counted = counter_file("node-b");
+  ASSERT_GE(counted.size(), static_cast<size_t>(last.n + 6));
+  for (size_t i = 0; i < counted.size(); ++i) EXPECT_EQ(counted[i], static_cast<int>(i));
+}
+
+TEST_F(CheckpointTest, APeriodicCheckpointLeavesTheJobRunning) {
+  auto job = runtime_->start(counter_job("node-a"));
+  ASSERT_TRUE(job) << job.error().to_string();
+  auto reader = OutputReader::open(job->output_path());
+  ASSERT_TRUE(reader);
+  const int at = ticks(read_until_tick(*reader, 2)).back().n;
+  auto taken = job->checkpoint(dir_.path() / "images", /*leave_running=*/true);
+  ASSERT_TRUE(taken) << taken.error().to_string();
+  const std::vector<Tick> later = ticks(read_until_tick(*reader, at + 4));
+  ASSERT_FALSE(later.empty());
+  EXPECT_GE(later.back().n, at + 4) << "the job kept printing after its checkpoint";
+  EXPECT_EQ(job->status().state, JobState::kRunning);
+  ASSERT_TRUE(job->stop(2s));
+}
+
+TEST_F(CheckpointTest, ARestoreFromSomethingThatIsNotACheckpointFailsAndSaysWhy) {
+  const fs::path images = dir_.path() / "not-images";
+  fs::create_directories(images);
+  std::ofstream(images / "cnlab-pipes.json") << R"({"stdout_pipe": 1, "stderr_pipe": 2, "status_pipe": 3})";
+  std::ofstream(images / "files.img") << "garbage";
+  ProcessSpec spec = counter_job("node-a");
+  spec.restore_from = images;
+  auto restored = runtime_->start(spec);
+  ASSERT_FALSE(restored);
+  EXPECT_THAT(restored.error().message, HasSubstr("CRIU could not restore the job"));
+}
+
+TEST_F(CheckpointTest, AFinishedJobIsNotCheckpointed) {
+  ProcessSpec spec = counter_job("node-a");
+  spec.argv = {"/bin/true"};
+  auto job = runtime_->start(spec);
+  ASSERT_TRUE(job) << job.error().to_string();
+  EXPECT_EQ(job->wait(10s).state, JobState::kExited);
+  auto taken = job->checkpoint(dir_.path() / "images", false);
+  ASSERT_FALSE(taken);
+  EXPECT_THAT(taken.error().message, HasSubstr("is not running"));
+}
+
+TEST(CheckpointCapability, WithoutNamespacesThereAreNoTransparentCheckpoints) {
+  RuntimeOptions options = test_options();
+  options.criu = "/usr/local/sbin/criu";
+  options.use_namespaces = false;
+  options.use_cgroups = false;
+  auto runtime = Runtime::create(options);
+  ASSERT_TRUE(runtime) << runtime.error().to_string();
+  EXPECT_FALSE((*runtime)->capabilities().checkpoint);
+  EXPECT_THAT((*runtime)->capabilities().checkpoint_reason, HasSubstr("namespace"));
+}
+
+TEST(CheckpointImages, ADirectoryWithoutCriusFileTableIsRefused) {
+  TempDir dir;
+  auto none = rewrite_checkpoint_paths(dir.path(), "/a", "/b");
+  ASSERT_FALSE(none);
+  EXPECT_THAT(none.error().message, HasSubstr("files.img"));
+}
+
+}  // namespace
+}  // namespace cnlab::agent
