@@ -263,11 +263,13 @@ class RepackPlanner {
     pods_.clear();
     for (int g = 0; g < cluster_.gpu_count(target.node); ++g) add_slot(target.node, g);
     for (const Slot& s : pool) add_slot(s.node, s.gpu);
-    // Everything on those GPUs comes off (a whole-GPU pod never moves: its GPUs are left as they are).
+    // The sharing pods on those GPUs come off, and for a pod asking several whole GPUs, the one-GPU
+    // whole pods too (a gang's room is worth moving one; other whole-GPU pods stay where they are).
     for (size_t i = 0; i < slots_.size(); ++i) {
       for (uint32_t p : placements_.on_node(slots_[i].node)) {
         const Pod& q = placements_.pod(p);
-        if (q.kind() != PodKind::kSharing || !((placements_.choice(p).gpus >> slots_[i].gpu) & 1)) continue;
+        bool movable = q.kind() == PodKind::kSharing || (q.kind() == PodKind::kWholeGpu && q.num_gpu == 1 && pod.num_gpu > 1);
+        if (!movable || !((placements_.choice(p).gpus >> slots_[i].gpu) & 1)) continue;
         pods_.push_back({p, i});
       }
     }
@@ -364,10 +366,12 @@ class RepackPlanner {
   std::vector<Held> pods_;
 };
 
-// Whether GPU g of node n holds a whole-GPU pod.
-bool held_whole(const Placements& placements, NodeIndex n, int g) {
+// Whether GPU g of node n holds a whole-GPU pod that may not move for a pod asking `gpus` GPUs: any
+// for one GPU, one asking more than one GPU for a gang (RepackPlanner).
+bool held_whole(const Placements& placements, NodeIndex n, int g, int gpus) {
   for (uint32_t p : placements.on_node(n)) {
-    if (placements.pod(p).kind() == PodKind::kWholeGpu && ((placements.choice(p).gpus >> g) & 1)) return true;
+    const Pod& q = placements.pod(p);
+    if (q.kind() == PodKind::kWholeGpu && ((placements.choice(p).gpus >> g) & 1) && (gpus == 1 || q.num_gpu > 1)) return true;
   }
   return false;
 }
@@ -435,7 +439,7 @@ std::optional<int> repack_to_place(const Pod& pod, AllocCluster& cluster, AllocP
     int taken = 0;
     for (int i = 0; i < gpus && taken < pod.num_gpu; ++i) {
       int g = order[static_cast<size_t>(i)];
-      if (free[static_cast<size_t>(g)] == 0 && held_whole(placements, n, g)) continue;
+      if (free[static_cast<size_t>(g)] == 0 && held_whole(placements, n, g, pod.num_gpu)) continue;
       t.choice.gpus |= uint32_t{1} << g;
       t.to_clear += kGpuMilli - free[static_cast<size_t>(g)];
       ++taken;
