@@ -96,6 +96,31 @@ TEST_P(MigrationTest, NoMoveHappensWhenTheMovedPodsWouldFitNowhere) {
   for (NodeIndex n = 0; n < 2; ++n) EXPECT_EQ(placements_->on_node(n).size(), 2u);
 }
 
+TEST_P(MigrationTest, AOneGpuWholePodMovesToMakeRoomForAGang) {
+  // Each node has one whole-GPU pod and one free GPU: a two-GPU gang fits nowhere until one of the
+  // whole-GPU pods moves beside the other.
+  put(whole(4000, 1), 0);
+  put(whole(4000, 1), 1);
+  Pod gang = whole(8000, 2);
+  policy_->on_arrival(gang);
+  ASSERT_FALSE(fits_anywhere(gang));
+  MigrationLimits single_level_only;
+  single_level_only.repack_targets = 0;
+  ASSERT_FALSE(migrate_to_place(gang, *cluster_, *policy_, *placements_, single_level_only).has_value());
+  auto moved = migrate_to_place(gang, *cluster_, *policy_, *placements_, MigrationLimits{});
+  ASSERT_TRUE(moved.has_value());
+  EXPECT_EQ(*moved, 1);
+  EXPECT_EQ(cluster_->gpu_allocated_total(), 4 * kGpuMilli);
+  size_t on0 = placements_->on_node(0).size(), on1 = placements_->on_node(1).size();
+  EXPECT_EQ(std::min(on0, on1), 1u);  // the gang alone on one node
+  EXPECT_EQ(std::max(on0, on1), 2u);  // both one-GPU pods on the other
+  // A gang never moves for another pod: a one-GPU pod still fits nowhere and no move is made.
+  Pod one = whole(4000, 1);
+  policy_->on_arrival(one);
+  EXPECT_FALSE(migrate_to_place(one, *cluster_, *policy_, *placements_, MigrationLimits{}).has_value());
+  EXPECT_EQ(cluster_->gpu_allocated_total(), 4 * kGpuMilli);
+}
+
 INSTANTIATE_TEST_SUITE_P(Policies, MigrationTest, ::testing::Values("bestfit", "cnlab"),
                          [](const auto& info) { return info.param; });
 
