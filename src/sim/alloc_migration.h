@@ -1,9 +1,11 @@
 // Migrations in the allocation experiment (`cnlab sim alloc --migrations`): when a GPU pod fits
-// nowhere, move a few already-placed small pods off one node so that it fits there, the moved pods
-// going wherever the policy puts them. Defragmentation the way a scheduler with live migration can
-// do it: only pods smaller than the one that needs the room move (sharing pods off GPUs, CPU-only
-// pods off hosts), never whole-GPU pods, at most `max_moves` for one pod; and a move that cannot
-// be completed (a moved pod fits nowhere else) is undone, so no pod that was placed is lost.
+// nowhere, placed pods move so that it fits. Defragmentation the way a scheduler with live
+// migration can do it, in two bounded steps: first a few pods smaller than the one that needs the
+// room move off one node into holes elsewhere (sharing pods off GPUs, CPU-only pods off hosts, at
+// most `max_moves`); failing that, a re-pack of a small set of GPUs around the pod (moves into
+// holes, chains and swaps in one sub-problem; one-GPU whole pods only for a gang; at most
+// `repack_moves`). A move that cannot be completed is undone, so no pod that was placed is lost;
+// every pod that changes GPU counts as a move.
 #pragma once
 
 #include <cstdint>

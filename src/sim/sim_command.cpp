@@ -236,7 +236,8 @@ void add_sim_commands(CLI::App& app, PolicyRegistry registry) {
                 "Reference curves CSV (default: reference_allocation_curves.csv beside a pod file, if any)");
   add_text_flag(alloc, "--out", flags->out, "Output directory (created if needed)");
   alloc->add_flag("--migrations", flags->migrations,
-                  "A GPU pod that fits nowhere may be placed by moving a few smaller placed pods (counted)");
+                  "A GPU pod that fits nowhere may be placed by moving placed pods: a few into holes, or a "
+                  "bounded re-pack of a few GPUs (every move counted)");
   alloc->callback([alloc, flags, shared_registry] { run_alloc(*flags, *shared_registry, alloc->remaining()); });
 
   // The replay experiment lives in replay_command.cpp.
