@@ -261,6 +261,7 @@ Status AgentImpl::open() {
   runtime_options.use_namespaces = config_.use_namespaces;
   // One level per node: two agents on one machine (tests, demos) never share a job's cgroup.
   runtime_options.cgroup_parent = config_.cgroup_parent + "/" + name_;
+  runtime_options.criu = config_.criu == "none" ? "" : config_.criu.empty() ? find_criu() : config_.criu;
   auto runtime = Runtime::create(runtime_options);
   if (!runtime) return runtime.error();
   runtime_ = std::move(*runtime);

@@ -42,6 +42,9 @@ struct AgentConfig {
   // isolation, activity); empty: the one beside this binary. `use_vgpu` false runs jobs without.
   std::string vgpu_library;
   bool use_vgpu = true;
+  // CRIU, for transparent checkpoints and live migration of checkpointable jobs: empty finds it
+  // (find_criu); "none" turns them off (those jobs then save their own state on SIGUSR1).
+  std::string criu;
 };
 
 class Agent {

@@ -133,6 +133,9 @@ void add_agent_commands(CLI::App& app) {
   cmd->add_option("--vgpu-library", c.vgpu_library,
                   "libcnlab-vgpu.so, loaded into every job holding a GPU (default: the one beside this binary)");
   cmd->add_flag("--no-vgpu", flags->no_vgpu, "Run jobs without libcnlab-vgpu.so (no VRAM quota, compute share or IPC isolation)");
+  cmd->add_option("--criu", c.criu,
+                  "The CRIU binary for transparent checkpoints and live migration (default: found in sbin/bin; "
+                  "\"none\": off)");
   cmd->add_flag("--stop-jobs-on-exit", flags->stop_jobs, "Stop the running jobs when the agent stops (default: they keep running and are adopted)");
   cmd->callback([flags] { std::exit(run_agent(*flags)); });
 }

@@ -153,6 +153,8 @@ void JobRunner::update(const model::Job& job) {
 
 void JobRunner::request_stop(StopReason reason) {
   std::lock_guard lock(mutex_);
+  // Frozen for a migration, the job is bound to its target meanwhile: migrate_out decides.
+  if (reason == StopReason::kGone && migrating_out_) return;
   // Gone wins over cancelled: a job taken off the node is not reported.
   if (stop_reason_ == StopReason::kNone || reason == StopReason::kGone) stop_reason_ = reason;
   wake_.notify_all();
@@ -187,7 +189,7 @@ bool JobRunner::still_here() {
 
 bool JobRunner::leaving() const {
   std::lock_guard lock(mutex_);
-  return stop_reason_ == StopReason::kGone;
+  return stop_reason_ == StopReason::kGone && !migrating_out_;
 }
 
 bool JobRunner::checkpointable() const {
@@ -333,6 +335,17 @@ bool JobRunner::prepare_and_start() {
   }
   fs::create_directories(artifacts, ec);
   bool resumed = restore_checkpoint(job, checkpoint);
+  std::optional<fs::path> restore_from;
+  if (resumed && restored_kind_ == "process") {
+    auto images = prepare_restore();
+    if (images) {
+      restore_from = *images;
+    } else {
+      start_note_ += "; its processes not restored (" + images.error().message + "): started again from the beginning";
+      spdlog::warn("job process checkpoint not restored job=\"{}\" error=\"{}\"", job_id_, images.error().to_string());
+      if (job.status.migration) return fail("migration: " + images.error().message);
+    }
+  }
   fs::create_directories(checkpoint, ec);
   if (ec) return fail("cannot create the job's directories under " + dir_.string() + ": " + ec.message());
   for (const auto& d : {work, artifacts, checkpoint}) ::chmod(d.c_str(), 0700);
@@ -385,7 +398,16 @@ bool JobRunner::prepare_and_start() {
   spec.limits.memory_bytes = job.spec.memory_mib * (int64_t{1} << 20);
   spec.job_dir = dir_ / "run";
   spec.run_as = context_.run_as;
+  if (restore_from) spec.restore_from = *restore_from;
   auto handle = context_.runtime->start(spec);
+  if (!handle && restore_from && !job.status.migration) {
+    // The dump does not restore here: the job starts again, its directories as they were then.
+    spdlog::warn("job restore failed job=\"{}\" error=\"{}\"; starting it again", job_id_, handle.error().to_string());
+    start_note_ += "; its processes could not be restored (" + handle.error().message + "): started again";
+    (void)safe_remove_tree(spec.job_dir.string());
+    spec.restore_from.clear();
+    handle = context_.runtime->start(spec);
+  }
   if (!handle) return fail("could not start " + (spec.argv.empty() ? "" : spec.argv[0]) + ": " + handle.error().message);
   handle_ = *handle;
   running_ = true;
@@ -422,14 +444,47 @@ void JobRunner::supervise() {
       reason = stop_reason_;
     }
     if (reason != StopReason::kNone && !stop_sent_.exchange(true)) {
-      bool checkpoint = reason == StopReason::kGone && checkpointable();
-      spdlog::info("job stopping job=\"{}\" reason={} checkpoint={}", job_id_,
-                   reason == StopReason::kCancelled ? "cancelled" : "gone", checkpoint);
-      stopper_ = std::thread([handle = *handle_, grace = context_.stop_grace, checkpoint,
-                              checkpoint_grace = context_.checkpoint_grace] {
-        if (checkpoint && handle.send_checkpoint_signal()) (void)handle.wait(checkpoint_grace);
+      bool checkpoint = reason == StopReason::kGone && checkpointable() && !migrated_away_;
+      std::string refusal = checkpoint ? transparent_refusal() : "";
+      spdlog::info("job stopping job=\"{}\" reason={} checkpoint={} transparent={}", job_id_,
+                   reason == StopReason::kCancelled ? "cancelled" : "gone", checkpoint, checkpoint && refusal.empty());
+      stopper_ = std::thread([this, handle = *handle_, grace = context_.stop_grace, checkpoint,
+                              transparent = refusal.empty(), checkpoint_grace = context_.checkpoint_grace] {
+        // Transparently where it can be (the job ends with the dump), else its own save on SIGUSR1.
+        if (checkpoint && transparent) {
+          auto taken = take_process_checkpoint(JobHandle::AfterDump::kStop);
+          process_dumped_ = taken.has_value();
+          if (!taken) {
+            spdlog::warn("job process checkpoint failed job=\"{}\" error=\"{}\"; falling back to SIGUSR1", job_id_,
+                         taken.error().to_string());
+          }
+        }
+        if (checkpoint && !process_dumped_ && handle.send_checkpoint_signal()) (void)handle.wait(checkpoint_grace);
         (void)handle.stop(grace);
       });
+    }
+    if (reason == StopReason::kNone && reported_running_) {
+      std::optional<model::Migration> migration;
+      std::optional<Time> requested;
+      {
+        std::lock_guard lock(mutex_);
+        migration = job_.status.migration;
+        // A request that a checkpoint since (maybe the one it was restored from) already answers is done.
+        const auto& last = job_.status.last_checkpoint_at;
+        if (job_.status.checkpoint_requested_at && (!last || *job_.status.checkpoint_requested_at > *last)) {
+          requested = job_.status.checkpoint_requested_at;
+        }
+      }
+      if (migration && migration->from.empty() && migration->to != context_.node &&
+          handled_migration_ != migration->requested_at) {
+        handled_migration_ = migration->requested_at;
+        migrate_out(reader ? &*reader : nullptr);
+        continue;
+      }
+      if (requested && handled_checkpoint_request_ != requested) {
+        handled_checkpoint_request_ = requested;
+        checkpoint_on_request();
+      }
     }
     if (reader && !ship_logs(*reader, false)) request_stop(StopReason::kGone);
     JobStatus status = handle_->status();
@@ -548,12 +603,13 @@ void JobRunner::upload_artifacts() {
   }
 }
 
-std::string JobRunner::upload_checkpoint(const std::string& taken_at) {
+std::string JobRunner::upload_checkpoint(const fs::path& source, const std::string& taken_at,
+                                         const std::map<std::string, std::string>& extra_headers) {
   fs::path archive = dir_ / "checkpoint.tar.gz";
   PackOptions options;
   options.output_path = archive.string();
   options.workspace_rules = false;  // a checkpoint is every file the job saved
-  auto packed = pack_workspace((dir_ / "checkpoint").string(), options);
+  auto packed = pack_workspace(source.string(), options);
   if (!packed) {
     spdlog::warn("job checkpoint not uploaded job=\"{}\" error=\"{}\"", job_id_, packed.error().to_string());
     return "";
@@ -569,9 +625,10 @@ std::string JobRunner::upload_checkpoint(const std::string& taken_at) {
   }
   std::error_code ec;
   fs::remove(archive, ec);
-  const std::map<std::string, std::string> headers = {{"Content-Type", "application/octet-stream"},
-                                                      {"Checkpoint-Digest", packed->digest},
-                                                      {"Checkpoint-Taken-At", taken_at}};
+  std::map<std::string, std::string> headers = {{"Content-Type", "application/octet-stream"},
+                                                {"Checkpoint-Digest", packed->digest},
+                                                {"Checkpoint-Taken-At", taken_at}};
+  headers.insert(extra_headers.begin(), extra_headers.end());
   for (int attempt = 0; attempt < 5 && !detached(); ++attempt) {
     auto put = api_.call("PUT", "/v1/jobs/" + job_id_ + "/checkpoint", content, headers);
     if (put) {
@@ -619,7 +676,7 @@ bool JobRunner::restore_checkpoint(const model::Job& job, const fs::path& checkp
   fs::path kept = context_.checkpoints_dir / dir_.filename();
   fs::path kept_meta = context_.checkpoints_dir / (dir_.filename().string() + ".json");
   bool have_kept = !context_.checkpoints_dir.empty() && fs::is_directory(kept, ec);
-  std::string kept_digest;
+  std::string kept_digest, kept_kind = "files";
   std::optional<Time> kept_taken_at;
   if (have_kept) {
     std::ifstream in(kept_meta);
@@ -627,14 +684,19 @@ bool JobRunner::restore_checkpoint(const model::Job& job, const fs::path& checkp
                             false);
     if (meta.is_object()) {
       kept_digest = meta.value("digest", "");
+      kept_kind = meta.value("kind", "files");
       if (auto taken = parse_rfc3339(meta.value("taken_at", ""), "taken_at")) kept_taken_at = *taken;
     }
   }
+  // A process checkpoint goes to dir_/process, where the job cannot reach; what the job saved
+  // itself, to its CNLAB_CHECKPOINT_DIR.
+  auto place_of = [&](const std::string& kind) { return kind == "process" ? dir_ / "process" : checkpoint; };
   // The copy it saved when it was last taken off this node.
   auto use_kept = [&]() {
-    fs::rename(kept, checkpoint, ec);
+    fs::rename(kept, place_of(kept_kind), ec);
     fs::remove(kept_meta, ec);
-    return fs::is_directory(checkpoint, ec);
+    restored_kind_ = kept_kind;
+    return fs::is_directory(place_of(kept_kind), ec);
   };
   const std::optional<model::CheckpointRef>& named = job.status.checkpoint;
   if (!named) {
@@ -648,7 +710,7 @@ bool JobRunner::restore_checkpoint(const model::Job& job, const fs::path& checkp
                       : "resumed from the checkpoint kept on " + context_.node + " (newer than " + named->digest + ")";
     return use_kept();
   }
-  if (auto fetched = download_checkpoint(*named, checkpoint); !fetched) {
+  if (auto fetched = download_checkpoint(*named, place_of(named->kind)); !fetched) {
     spdlog::warn("job checkpoint not restored job=\"{}\" digest=\"{}\" error=\"{}\"", job_id_, named->digest,
                  fetched.error().to_string());
     std::string why = "checkpoint " + named->digest + " not restored: " + fetched.error().message;
@@ -659,7 +721,9 @@ bool JobRunner::restore_checkpoint(const model::Job& job, const fs::path& checkp
     start_note_ = why + "; started without it";
     return false;
   }
-  spdlog::info("job checkpoint restored job=\"{}\" digest=\"{}\" bytes={}", job_id_, named->digest, named->size_bytes);
+  spdlog::info("job checkpoint restored job=\"{}\" digest=\"{}\" bytes={} kind={}", job_id_, named->digest,
+               named->size_bytes, named->kind);
+  restored_kind_ = named->kind;
   if (have_kept) {
     (void)safe_remove_tree(kept.string());  // older than the one restored
     fs::remove(kept_meta, ec);
@@ -732,15 +796,20 @@ void JobRunner::finish(const JobStatus& status) {
   fs::path kept = context_.checkpoints_dir / dir_.filename();
   fs::path kept_meta = context_.checkpoints_dir / (dir_.filename().string() + ".json");
   if (!context_.checkpoints_dir.empty()) {
-    if (reason == StopReason::kGone && checkpointable() && !fs::is_empty(dir_ / "checkpoint", ec)) {
+    const bool process = process_dumped_ && fs::is_directory(dir_ / "process", ec);
+    const fs::path saved = process ? dir_ / "process" : dir_ / "checkpoint";
+    if (reason == StopReason::kGone && checkpointable() && !migrated_away_ && !fs::is_empty(saved, ec)) {
       // Uploaded first, so that the job can resume on any node; kept here too, for a start here.
       std::string taken_at = now_text();
-      std::string digest = upload_checkpoint(taken_at);
+      const std::string kind = process ? "process" : "files";
+      std::string digest = upload_checkpoint(saved, taken_at, {{"Checkpoint-Kind", kind}});
       fs::create_directories(context_.checkpoints_dir, ec);
       (void)safe_remove_tree(kept.string());
       fs::remove(kept_meta, ec);
-      fs::rename(dir_ / "checkpoint", kept, ec);
-      if (!ec) std::ofstream(kept_meta, std::ios::trunc) << Json{{"digest", digest}, {"taken_at", taken_at}}.dump();
+      fs::rename(saved, kept, ec);
+      if (!ec) {
+        std::ofstream(kept_meta, std::ios::trunc) << Json{{"digest", digest}, {"taken_at", taken_at}, {"kind", kind}}.dump();
+      }
       spdlog::info("job checkpoint kept job=\"{}\" dir=\"{}\" uploaded={} error=\"{}\"", job_id_, kept.string(),
                    !digest.empty(), ec.message());
     } else if (reason != StopReason::kGone && fs::exists(kept, ec)) {

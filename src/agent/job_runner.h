@@ -12,12 +12,22 @@
 // the server and kept on the node (`<data-dir>/checkpoints/<job>`, with `<job>.json` naming the
 // digest uploaded and when it was taken). A start restores the kept copy when it is the one the
 // job's status names (or newer: its upload failed), else downloads the server's.
+//
+// Transparent (process) checkpoints, where the runtime has CRIU and the job holds no GPU: the
+// job's whole process tree is dumped into process/ (images/, CRIU's; tree/, copies of work/,
+// artifacts/ and checkpoint/ taken while the job was stopped or gone; process.json, where the job's
+// directory was) and uploaded as a "process" checkpoint, only ever by the agent. Taken when the job
+// is pre-empted (it ends there), when one is requested (`cnlab checkpoint`, the server's periodic
+// ones: the job is frozen for the dump and the copies, then thawed) and for a migration (it stays
+// frozen until the target runs it, or thawed when the migration fails). A start from a process
+// checkpoint restores the tree exactly where it was, its paths moved to this node's directory.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <optional>
 #include <semaphore>
 #include <filesystem>
@@ -132,9 +142,25 @@ class JobRunner {
   bool post_lines(const Json& lines, size_t count);
   void note(const std::string& text);  // a line in the job's log from the agent itself
   void upload_artifacts();
-  // A checkpointable job taken off the node: packs what it saved in `dir_/checkpoint` and uploads
-  // it (PUT /v1/jobs/{id}/checkpoint); the digest uploaded, or "" when it could not be.
-  std::string upload_checkpoint(const std::string& taken_at);
+  // Packs `source` and uploads it (PUT /v1/jobs/{id}/checkpoint) with `headers` added: what a
+  // checkpointable job taken off the node saved in `dir_/checkpoint`, or a process checkpoint in
+  // `dir_/process`. The digest uploaded, or "" when it could not be.
+  std::string upload_checkpoint(const std::filesystem::path& source, const std::string& taken_at,
+                                const std::map<std::string, std::string>& headers = {});
+  // Why this job cannot be checkpointed transparently here ("" when it can).
+  std::string transparent_refusal() const;
+  // Dumps the job into dir_/process (replacing an older one) and copies its directories beside
+  // the images while it is stopped or gone.
+  Result<JobHandle::Checkpoint> take_process_checkpoint(JobHandle::AfterDump after);
+  // A checkpoint was requested: a process one (the job frozen meanwhile), or SIGUSR1 to a job
+  // that saves its own.
+  void checkpoint_on_request();
+  // The source's side of a migration; returns once the job runs elsewhere (then it is stopped
+  // here) or is back here (thawed).
+  void migrate_out(OutputReader* reader);
+  // Before a start from a process checkpoint: the directories of the dump put in place and the
+  // images' paths moved here; the images to restore from, or an error when it cannot be.
+  Result<std::filesystem::path> prepare_restore();
   // Before a start: puts the job's checkpoint into `checkpoint` (absent): the copy kept on this
   // node when it is the one the server names (or newer), else the server's, downloaded and
   // verified. Returns whether one was restored; sets start_note_ to say which (or why none).
@@ -166,6 +192,12 @@ class JobRunner {
   std::chrono::steady_clock::time_point cursor_saved_at_{};
   std::string last_stderr_;       // for the message of a failed job
   std::string start_note_;        // how it started (its checkpoint), sent with the Running report
+  std::string restored_kind_;     // the kind of checkpoint restore_checkpoint put in place ("" none)
+  std::optional<Time> handled_checkpoint_request_;
+  std::optional<Time> handled_migration_;      // the requested_at of the latest migration acted on
+  std::atomic<bool> migrating_out_{false};     // frozen for a migration: stops wait for its outcome
+  std::atomic<bool> process_dumped_{false};    // a pre-emption dumped it into dir_/process
+  std::atomic<bool> migrated_away_{false};     // the target runs it: nothing to upload here
   std::thread stopper_;
   std::atomic<bool> stop_sent_{false};
   std::atomic<bool> running_{false};

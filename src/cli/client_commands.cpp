@@ -21,6 +21,7 @@ void add_client_commands(CLI::App& app) {
   add_run_command(app, flags);
   add_logs_command(app, flags);
   add_cancel_command(app, flags);
+  add_migrate_commands(app, flags);
   add_ps_command(app, flags);
   add_describe_command(app, flags);
   add_cluster_commands(app, flags);

@@ -15,6 +15,7 @@ void add_audit_commands(CLI::App& app, std::shared_ptr<ClientFlags> flags);
 void add_run_command(CLI::App& app, std::shared_ptr<ClientFlags> flags);     // run_command.cpp
 void add_logs_command(CLI::App& app, std::shared_ptr<ClientFlags> flags);    // logs_command.cpp
 void add_cancel_command(CLI::App& app, std::shared_ptr<ClientFlags> flags);  // cancel_command.cpp
+void add_migrate_commands(CLI::App& app, std::shared_ptr<ClientFlags> flags);  // migrate_command.cpp
 void add_ps_command(CLI::App& app, std::shared_ptr<ClientFlags> flags);        // ps_command.cpp
 void add_describe_command(CLI::App& app, std::shared_ptr<ClientFlags> flags);  // describe_command.cpp
 void add_cluster_commands(CLI::App& app, std::shared_ptr<ClientFlags> flags);  // cluster_commands.cpp: nodes, gpus

@@ -27,6 +27,9 @@ constexpr std::pair<JobEventType, std::string_view> kEventTypes[] = {
     {JobEventType::kMemoryBurst, "MemoryBurst"},
     {JobEventType::kMoveRequested, "MoveRequested"},
     {JobEventType::kIdleReclaimed, "IdleReclaimed"},
+    {JobEventType::kMigrationRequested, "MigrationRequested"},
+    {JobEventType::kMigrated, "Migrated"},
+    {JobEventType::kMigrationFailed, "MigrationFailed"},
 };
 
 constexpr int64_t kMaxCpuMilli = 1'000'000'000;
@@ -56,7 +59,8 @@ Json spec_to_json(const JobSpec& spec) {
 Json to_json(const CheckpointRef& checkpoint) {
   return {{"digest", checkpoint.digest},
           {"size_bytes", checkpoint.size_bytes},
-          {"taken_at", format_rfc3339(checkpoint.taken_at)}};
+          {"taken_at", format_rfc3339(checkpoint.taken_at)},
+          {"kind", checkpoint.kind}};
 }
 
 namespace {
@@ -98,6 +102,15 @@ Json status_to_json(const JobStatus& status) {
     Json older = Json::array();
     for (const auto& c : status.older_checkpoints) older.push_back(to_json(c));
     j["older_checkpoints"] = std::move(older);
+  }
+  if (status.checkpoint_requested_at) j["checkpoint_requested_at"] = format_rfc3339(*status.checkpoint_requested_at);
+  if (status.migration) {
+    const Migration& m = *status.migration;
+    Json move = {{"to", m.to}, {"requested_at", format_rfc3339(m.requested_at)}};
+    if (!m.from.empty()) move["from"] = m.from;
+    if (m.frozen_at) move["frozen_at"] = format_rfc3339(*m.frozen_at);
+    if (m.frozen_at_ms > 0) move["frozen_at_ms"] = m.frozen_at_ms;
+    j["migration"] = std::move(move);
   }
   return j;
 }
@@ -246,9 +259,13 @@ std::vector<JobEvent> read_events(const Json& array, const std::string& path, Js
 
 CheckpointRef read_checkpoint(const Json& json, const std::string& path, JsonReader& parent) {
   JsonReader r(json, path);
-  r.only({"digest", "size_bytes", "taken_at"});
+  r.only({"digest", "size_bytes", "taken_at", "kind"});
   CheckpointRef ref;
   ref.digest = r.string("digest");
+  ref.kind = r.string_or("kind", "files");
+  if (r.status() && ref.kind != "files" && ref.kind != "process") {
+    r.fail(Error::invalid_argument(r.path_of("kind"), ref.kind, "\"files\" or \"process\""));
+  }
   if (r.status()) detail::check(r, validate_digest(ref.digest, r.path_of("digest")));
   ref.size_bytes = r.integer_or("size_bytes", 0, 0, INT64_MAX);
   ref.taken_at = detail::required_time(r, "taken_at");
@@ -259,7 +276,7 @@ CheckpointRef read_checkpoint(const Json& json, const std::string& path, JsonRea
 JobStatus read_status(JsonReader& r) {
   r.only({"phase", "submitted_at", "started_at", "last_checkpoint_at", "gpu_active_at", "placement", "succeeded_nodes", "message",
           "finished_at", "exit_code", "signal", "events", "waiting_reason", "cancel_requested", "attempts",
-          "attempt_nodes", "checkpoint", "older_checkpoints"});
+          "attempt_nodes", "checkpoint", "older_checkpoints", "checkpoint_requested_at", "migration"});
   JobStatus status;
   status.phase = detail::read_enum(r, "phase", kPhases, JobPhase::kPending, "phases");
   status.submitted_at = r.time("submitted_at").value_or(Time{});
@@ -287,6 +304,19 @@ JobStatus read_status(JsonReader& r) {
       status.older_checkpoints.push_back(
           read_checkpoint((*older)[i], fmt::format("{}[{}]", r.path_of("older_checkpoints"), i), r));
     }
+  }
+  status.checkpoint_requested_at = r.time("checkpoint_requested_at");
+  if (const Json* migration = r.object("migration")) {
+    JsonReader m(*migration, r.path_of("migration"));
+    m.only({"to", "requested_at", "from", "frozen_at", "frozen_at_ms"});
+    Migration move;
+    move.to = m.string_or("to", "");
+    move.requested_at = detail::required_time(m, "requested_at");
+    move.from = m.string_or("from", "");
+    move.frozen_at = m.time("frozen_at");
+    move.frozen_at_ms = m.integer_or("frozen_at_ms", 0, 0, INT64_MAX);
+    if (!m.status()) r.fail(m.status().error());
+    status.migration = std::move(move);
   }
   if (r.status() && status.phase == JobPhase::kRunning && (status.placement.empty() || !status.started_at)) {
     r.fail(Error::invalid_argument(r.path_of("phase"), "Running", "a Running job needs a placement and started_at"));

@@ -45,6 +45,9 @@ enum class JobEventType : uint8_t {
   kMemoryBurst,     // the node's agent changed the job's VRAM limit (a burst granted or taken back)
   kMoveRequested,   // the node's agent asked for the job to be moved off a GPU short of memory
   kIdleReclaimed,   // the server stopped the job: its GPU slice was idle longer than its class allows
+  kMigrationRequested,
+  kMigrated,         // running on its new node, restored from the source's dump; the reason says the pause
+  kMigrationFailed,  // the target could not take it: it carries on on the source
 };
 std::string_view to_string(JobEventType type);  // "Queued", "Scheduled", ...
 std::optional<JobEventType> parse_job_event_type(std::string_view name);
@@ -92,6 +95,10 @@ struct CheckpointRef {
   std::string digest;      // "sha256:" + 64 lowercase hex digits, of the archive
   int64_t size_bytes = 0;  // of the archive, >= 0
   Time taken_at{};         // when the agent took it (the job's stop)
+  // "files": what the job saved in CNLAB_CHECKPOINT_DIR. "process": the agent's transparent
+  // checkpoint (CRIU images of the whole process tree and its directories), set only by the
+  // agent that took it, so that no job can pass files of its own off as process images.
+  std::string kind = "files";
 
   bool operator==(const CheckpointRef&) const = default;
 };
@@ -133,6 +140,19 @@ struct JobSpec {
   bool operator==(const JobSpec&) const = default;
 };
 
+// A live migration under way (POST /v1/jobs/{id}/migrate). The source agent freezes the job,
+// dumps it and uploads the dump; the server then binds the job to the target (from = the source);
+// the target restores it and reports Running, which ends the migration. A target that fails, or
+// does not report in time, gives the job back to the source, which thaws it.
+struct Migration {
+  std::string to;  // the node asked for; empty: any other node with room
+  Time requested_at{};
+  std::string from;               // set once the source's dump is stored
+  std::optional<Time> frozen_at;  // when the source froze it: the pause starts here
+  int64_t frozen_at_ms = 0;       // the same, in milliseconds since the epoch (for the pause)
+  bool operator==(const Migration&) const = default;
+};
+
 struct JobStatus {
   JobPhase phase = JobPhase::kPending;
   Time submitted_at{};
@@ -160,6 +180,10 @@ struct JobStatus {
   // the ones kept before it, newest first (at most kKeptCheckpointsPerJob - 1).
   std::optional<CheckpointRef> checkpoint;
   std::vector<CheckpointRef> older_checkpoints;
+  // A checkpoint asked for (`cnlab checkpoint`, or the server's periodic ones) and not yet taken:
+  // the agent takes one, the job running on, when this is later than last_checkpoint_at.
+  std::optional<Time> checkpoint_requested_at;
+  std::optional<Migration> migration;
 
   bool operator==(const JobStatus&) const = default;
 };

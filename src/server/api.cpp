@@ -22,6 +22,8 @@ Api::Api(ApiContext context) : ctx_(std::move(context)) {
   route("GET", "/v1/jobs/{id}/artifacts/{path...}", &Api::get_artifact);
   route("PUT", "/v1/jobs/{id}/checkpoint", &Api::put_checkpoint, /*public_route=*/false, /*upload=*/true);
   route("GET", "/v1/jobs/{id}/checkpoint", &Api::get_checkpoint);
+  route("POST", "/v1/jobs/{id}/checkpoint", &Api::request_checkpoint);
+  route("POST", "/v1/jobs/{id}/migrate", &Api::migrate_job);
 
   route("PUT", "/v1/workspaces/{digest}", &Api::put_workspace, /*public_route=*/false, /*upload=*/true);
   route("HEAD", "/v1/workspaces/{digest}", &Api::head_workspace);

@@ -52,6 +52,9 @@ struct ApiContext {
   std::function<JobWaiting(const std::string&)> waiting;  // the scheduler's, for a pending job
 };
 
+// A request's body as a JSON object, or an error naming "body".
+Result<Json> parse_body(const net::Request& request);
+
 class Api {
  public:
   explicit Api(ApiContext context);
@@ -83,6 +86,9 @@ class Api {
   net::Response list_job_summaries(const Call& call, const std::string& project, const std::string& node);
   net::Response get_job(const Call& call);
   net::Response cancel_job(const Call& call);
+  // migration_api.cpp
+  net::Response request_checkpoint(const Call& call);
+  net::Response migrate_job(const Call& call);
   net::Response job_events(const Call& call);
   net::Response report_job_status(const Call& call);
   net::Response get_logs(const Call& call);

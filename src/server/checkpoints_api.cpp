@@ -18,12 +18,19 @@
 #include "server/api_error.h"
 #include "server/blob_files.h"
 #include "server/job_writes.h"
+#include "server/migrations.h"
+#include "common/strings.h"
 
 namespace cnlab::server {
 namespace {
 
 constexpr const char* kDigestHeader = "checkpoint-digest";
 constexpr const char* kTakenAtHeader = "checkpoint-taken-at";
+// "files" (default) or "process": what the archive holds (model::CheckpointRef::kind).
+constexpr const char* kKindHeader = "checkpoint-kind";
+// "migration": the dump of a job being migrated; once stored, the job is bound to its target.
+constexpr const char* kPurposeHeader = "checkpoint-purpose";
+constexpr const char* kFrozenAtHeader = "checkpoint-frozen-at-ms";
 
 // Writes of archives and the removal of those no job names go one at a time, so that a removal
 // never takes an archive another job's upload has just written and is about to name.
@@ -84,6 +91,23 @@ net::Response Api::put_checkpoint(const Call& call) {
     if (!parsed) return error_response(parsed.error());
     taken_at = std::min(*parsed, call.now);  // a clock ahead of the server's does not make it newer
   }
+  std::string kind = call.request.header(kKindHeader);
+  if (kind.empty()) kind = "files";
+  if (kind != "files" && kind != "process") {
+    return error_response(Error::invalid_argument("Checkpoint-Kind", kind, "\"files\" or \"process\""));
+  }
+  const std::string purpose = call.request.header(kPurposeHeader);
+  if (!purpose.empty() && purpose != "migration") {
+    return error_response(Error::invalid_argument("Checkpoint-Purpose", purpose, "\"migration\", or no header"));
+  }
+  int64_t frozen_at_ms = 0;
+  if (std::string text = call.request.header(kFrozenAtHeader); !text.empty()) {
+    auto parsed = parse_int(text, "Checkpoint-Frozen-At-Ms");
+    if (!parsed || *parsed < 0) {
+      return error_response(Error::invalid_argument("Checkpoint-Frozen-At-Ms", text, "milliseconds since the epoch"));
+    }
+    frozen_at_ms = *parsed;
+  }
   const std::string& body = call.request.body;
   const size_t limit = ctx_.config.max_checkpoint_bytes;
   if (body.size() > limit) {
@@ -105,7 +129,7 @@ net::Response Api::put_checkpoint(const Call& call) {
   });
   if (!written) return error_response(written.error());
 
-  model::CheckpointRef taken{*digest, written->size_bytes, taken_at};
+  model::CheckpointRef taken{*digest, written->size_bytes, taken_at, kind};
   std::vector<model::CheckpointRef> dropped;
   Json audit = audit_record(call, "jobs.checkpoint", id, "ok", {{"digest", *digest}, {"size_bytes", taken.size_bytes}});
   auto updated = update_job(
@@ -138,8 +162,14 @@ net::Response Api::put_checkpoint(const Call& call) {
         job.status.older_checkpoints.assign(unique.begin() + 1, unique.end());
         job.status.last_checkpoint_at = taken_at;
         job.status.events.push_back({model::JobEventType::kCheckpointed, call.now,
-                                     fmt::format("checkpoint {} ({} bytes) uploaded by {}", *digest,
+                                     fmt::format("{} checkpoint {} ({} bytes) uploaded by {}", kind, *digest,
                                                  taken.size_bytes, caller.node)});
+        if (purpose == "migration") {
+          if (!job.status.migration || !job.status.migration->from.empty() || !bound_to(job, caller.node)) {
+            return Error::of(ErrorCode::kConflict, "job", id, "no migration of the job from " + caller.node + " is under way");
+          }
+          bind_to_migration_target(job, caller.node, frozen_at_ms, call.now);
+        }
         return true;
       },
       audit.dump());

@@ -9,6 +9,7 @@
 #include "net/net.h"
 #include "server/api.h"
 #include "server/idle_reclaim.h"
+#include "server/migrations.h"
 #include "server/node_lifecycle.h"
 #include "server/scheduler_loop.h"
 
@@ -53,6 +54,8 @@ class ControlPlaneImpl final : public ControlPlane {
     if (auto started = cache_->start(); !started) return started;
     lifecycle_ = std::make_unique<NodeLifecycle>(*store_, *cache_, config_, system_now, [this] { loop_->wake(); });
     idle_reclaim_ = std::make_unique<IdleReclaim>(*store_, *cache_, config_.idle_reclaim_after, system_now);
+    migrations_ = std::make_unique<MigrationWatch>(*store_, *cache_, config_.migration_timeout, config_.checkpoint_every,
+                                                   system_now, [this] { loop_->wake(); });
     metrics_.on_render([this] { refresh_gauges(); });
 
     api_ = std::make_unique<Api>(ApiContext{config_, dir_, *store_, *verifier_, signing_, metrics_, *cache_, quotas_,
@@ -86,6 +89,7 @@ class ControlPlaneImpl final : public ControlPlane {
       shortest = std::min(shortest, std::chrono::duration_cast<std::chrono::milliseconds>(limit) / 10);
     }
     idle_reclaim_->start(std::max(shortest, std::chrono::milliseconds(100)));
+    migrations_->start();
     loop_->wake();
     spdlog::info("server started url=\"{}\" data_dir=\"{}\" revision={}", server_->url(), config_.data_dir, store_->revision());
     return Status::ok();
@@ -97,6 +101,7 @@ class ControlPlaneImpl final : public ControlPlane {
     if (stopped_) return;
     stopped_ = true;
     if (idle_reclaim_) idle_reclaim_->stop();
+    if (migrations_) migrations_->stop();
     if (lifecycle_) lifecycle_->stop();
     if (loop_) loop_->stop();
     if (server_) server_->stop();
@@ -153,6 +158,7 @@ class ControlPlaneImpl final : public ControlPlane {
   std::unique_ptr<SchedulerLoop> loop_;
   std::unique_ptr<NodeLifecycle> lifecycle_;
   std::unique_ptr<IdleReclaim> idle_reclaim_;
+  std::unique_ptr<MigrationWatch> migrations_;
   std::unique_ptr<Api> api_;
   std::unique_ptr<net::Server> server_;
   bool stopped_ = false;

@@ -74,24 +74,24 @@ std::vector<std::string> IdleReclaim::check_once() {
   return reclaimed;
 }
 
-Result<std::map<std::string, Duration>> parse_idle_limits(std::string_view text) {
+Result<std::map<std::string, Duration>> parse_idle_limits(std::string_view text, std::string_view flag) {
   std::map<std::string, Duration> limits;
   if (text == "none" || text.empty()) return limits;
   static const char* const kClasses[] = {"inference", "production", "dev", "opportunistic"};
   for (std::string_view part : split(text, ',')) {
     size_t eq = part.find('=');
     if (eq == std::string_view::npos) {
-      return Error::invalid_argument("--idle-reclaim", std::string(part), "expected CLASS=DURATION, such as dev=2h");
+      return Error::invalid_argument(std::string(flag), std::string(part), "expected CLASS=DURATION, such as dev=2h");
     }
     std::string cls(part.substr(0, eq));
     bool known = false;
     for (const char* k : kClasses) known |= cls == k;
     if (!known) {
-      return Error::invalid_argument("--idle-reclaim", cls, "classes are inference, production, dev and opportunistic");
+      return Error::invalid_argument(std::string(flag), cls, "classes are inference, production, dev and opportunistic");
     }
-    auto d = parse_duration(part.substr(eq + 1), "--idle-reclaim");
+    auto d = parse_duration(part.substr(eq + 1), flag);
     if (!d) return d.error();
-    if (*d <= Duration{0}) return Error::invalid_argument("--idle-reclaim", std::string(part), "the duration must be positive");
+    if (*d <= Duration{0}) return Error::invalid_argument(std::string(flag), std::string(part), "the duration must be positive");
     limits[cls] = *d;
   }
   return limits;

@@ -33,8 +33,9 @@ class IdleReclaim {
   Periodic periodic_;
 };
 
-// Parses "--idle-reclaim dev=2h,opportunistic=30m" ("none": no class is reclaimed). Errors name the
-// flag, the part and the allowed classes.
-Result<std::map<std::string, Duration>> parse_idle_limits(std::string_view text);
+// Parses "--idle-reclaim dev=2h,opportunistic=30m" ("none": no class is reclaimed); also the grammar
+// of --checkpoint-every (`flag`). Errors name the flag, the part and the allowed classes.
+Result<std::map<std::string, Duration>> parse_idle_limits(std::string_view text,
+                                                         std::string_view flag = "--idle-reclaim");
 
 }  // namespace cnlab::server

@@ -8,6 +8,7 @@
 #include "server/api.h"
 #include "server/api_error.h"
 #include "server/job_writes.h"
+#include "server/migrations.h"
 
 namespace cnlab::server {
 namespace {
@@ -16,14 +17,6 @@ constexpr size_t kMaxIdempotencyKey = 256;
 constexpr size_t kMaxListLimit = 5000;
 
 
-Result<Json> parse_body(const net::Request& request) {
-  Json body = Json::parse(request.body, nullptr, false);
-  if (body.is_discarded()) {
-    return Error::invalid_argument("body", request.body.substr(0, 64), "not valid JSON");
-  }
-  if (!body.is_object()) return Error::invalid_argument("body", body.dump().substr(0, 64), "expected a JSON object");
-  return body;
-}
 
 model::JobEvent event(model::JobEventType type, Time at, std::string reason) { return {type, at, std::move(reason)}; }
 
@@ -134,6 +127,15 @@ void append_summary(std::string& out, const model::Job& job, const JobWaiting* w
 
 }  // namespace
 
+Result<Json> parse_body(const net::Request& request) {
+  Json body = Json::parse(request.body, nullptr, false);
+  if (body.is_discarded()) {
+    return Error::invalid_argument("body", request.body.substr(0, 64), "not valid JSON");
+  }
+  if (!body.is_object()) return Error::invalid_argument("body", body.dump().substr(0, 64), "expected a JSON object");
+  return body;
+}
+
 net::Response Api::list_job_summaries(const Call& call, const std::string& project, const std::string& node) {
   const net::Request& req = call.request;
   for (const char* unsupported : {"watch", "limit", "continue"}) {
@@ -184,8 +186,14 @@ Json Api::job_json(const model::Job& job) const {
 
 Result<Cached<model::Job>> Api::visible_job(const Call& call, const std::string& id) {
   auto cached = ctx_.cache.read([&](const ObjectCache& c) { return c.jobs.get(id); });
-  bool visible = cached.object && (call.caller.is_node() ? bound_to(*cached.object, call.caller.node)
-                                                         : call.caller.sees(cached.object->spec.project));
+  // A node sees the jobs bound to it, and one it is migrating away (it holds the frozen copy
+  // until the target has taken over, or the job comes back to it).
+  auto migrating_from = [&](const model::Job& job) {
+    return job.status.migration && job.status.migration->from == call.caller.node;
+  };
+  bool visible = cached.object && (call.caller.is_node()
+                                       ? bound_to(*cached.object, call.caller.node) || migrating_from(*cached.object)
+                                       : call.caller.sees(cached.object->spec.project));
   if (!visible) return Error::not_found("job", id, "no such job");
   return cached;
 }
@@ -513,7 +521,8 @@ net::Response Api::report_job_status(const Call& call) {
   auto body = parse_body(call.request);
   if (!body) return error_response(body.error());
   JsonReader r(*body, "");
-  r.only({"phase", "exit_code", "signal", "message", "checkpoint_at", "gpu_active_at", "memory_event", "move_requested"});
+  r.only({"phase", "exit_code", "signal", "message", "checkpoint_at", "gpu_active_at", "memory_event", "move_requested",
+          "migration_failed"});
   std::string phase = r.string("phase");
   int64_t exit_code = r.integer_or("exit_code", -1, -1, 255);
   int64_t signal = r.integer_or("signal", 0, 0, 127);
@@ -524,6 +533,8 @@ net::Response Api::report_job_status(const Call& call) {
   auto gpu_active_at = r.time("gpu_active_at");
   std::string memory_event = r.string_or("memory_event", "");
   std::string move_requested = r.string_or("move_requested", "");
+  // The source could not dump it for a migration asked for (it runs on there).
+  std::string migration_failed = r.string_or("migration_failed", "");
   if (!r.status()) return error_response(r.status().error());
   if ((gpu_active_at || !memory_event.empty() || !move_requested.empty()) && phase != "Running") {
     return error_response(Error::invalid_argument("phase", phase, "gpu_active_at, memory_event and move_requested come with Running"));
@@ -551,6 +562,20 @@ net::Response Api::report_job_status(const Call& call) {
           job.status.last_checkpoint_at = *checkpoint_at;
           job.status.events.push_back(event(model::JobEventType::kCheckpointed, call.now, message));
         }
+        const bool migration_target = job.status.migration && !job.status.migration->from.empty() &&
+                                      job.status.phase == model::JobPhase::kScheduled;
+        if (migration_target && to->second != model::JobPhase::kRunning) {
+          // The target could not restore it: the source, still holding it frozen, thaws it.
+          roll_back_migration(job, call.now, "node " + call.caller.node + " could not restore it: " + message);
+          return true;
+        }
+        if (!migration_failed.empty() && job.status.migration && job.status.migration->from.empty()) {
+          job.status.migration.reset();
+          job.status.events.push_back(event(model::JobEventType::kMigrationFailed, call.now,
+                                            "node " + call.caller.node + " could not dump it: " + migration_failed +
+                                                "; it runs on there"));
+          return true;
+        }
         if (to->second == model::JobPhase::kRunning && job.status.phase == model::JobPhase::kRunning) {
           bool changed = checkpoint_at.has_value();
           if (gpu_active_at && (!job.status.gpu_active_at || *gpu_active_at > *job.status.gpu_active_at)) {
@@ -576,6 +601,22 @@ net::Response Api::report_job_status(const Call& call) {
             changed = true;
           }
           return changed;
+        }
+        if (to->second == model::JobPhase::kRunning && migration_target) {
+          const model::Migration move = *job.status.migration;
+          const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     std::chrono::system_clock::now().time_since_epoch())
+                                     .count();
+          const int64_t pause_ms = move.frozen_at_ms > 0 ? now_ms - move.frozen_at_ms : 0;
+          job.status.migration.reset();
+          job.status.phase = model::JobPhase::kRunning;
+          job.status.attempts += 1;  // a new attempt: its node numbers its log lines afresh
+          job.status.attempt_nodes = {call.caller.node};
+          job.status.events.push_back(event(model::JobEventType::kMigrated, call.now,
+                                            fmt::format("migrated from {} to {}; paused {} ms{}", move.from,
+                                                        call.caller.node, std::max<int64_t>(0, pause_ms),
+                                                        message.empty() ? "" : "; " + message)));
+          return true;
         }
         if (to->second == model::JobPhase::kRunning) {
           job.status.phase = model::JobPhase::kRunning;

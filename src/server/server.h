@@ -24,6 +24,12 @@ struct ServerConfig {
   // Priority class -> how long a running job's GPU slice may go unused before it is reclaimed
   // (idle_reclaim.h); classes not listed are never reclaimed.
   std::map<std::string, Duration> idle_reclaim_after{{"dev", Duration{2 * 3600}}, {"opportunistic", Duration{30 * 60}}};
+  // Priority class -> interval of periodic (transparent) checkpoints of its checkpointable jobs
+  // (migrations.h); classes not listed are checkpointed only on pre-emption or request.
+  std::map<std::string, Duration> checkpoint_every{
+      {"production", Duration{3600}}, {"dev", Duration{3600}}, {"opportunistic", Duration{1800}}};
+  // A migration whose target has not taken the job over this long after the freeze is rolled back.
+  Duration migration_timeout{120};
   // The scheduling loop runs this long after a change (collecting a burst into one cycle), and at
   // least this often.
   std::chrono::milliseconds schedule_debounce{10};

@@ -45,6 +45,8 @@ void add_server_commands(CLI::App& app) {
   auto not_ready = std::make_shared<std::string>("40s");
   auto lost = std::make_shared<std::string>("5m");
   auto idle = std::make_shared<std::string>("dev=2h,opportunistic=30m");
+  auto checkpoint_every = std::make_shared<std::string>("production=1h,dev=1h,opportunistic=30m");
+  auto migration_timeout = std::make_shared<std::string>("2m");
   server->add_option("--data-dir", config->data_dir, "The data directory `cnlab server init` prepared");
   server->add_option("--listen", config->listen, "HOST:PORT to serve on; port 0 picks a free port")
       ->capture_default_str();
@@ -64,6 +66,14 @@ void add_server_commands(CLI::App& app) {
   server->add_option("--max-artifact-bytes-per-job", config->max_artifact_bytes_per_job,
                      "The most bytes of artifacts one job may keep")
       ->capture_default_str();
+  server->add_option("--checkpoint-every", *checkpoint_every,
+                     "Periodic transparent checkpoints of checkpointable jobs per priority class, such as "
+                     "production=1h,dev=30m (\"none\": only on pre-emption or request)")
+      ->capture_default_str();
+  server->add_option("--migration-timeout", *migration_timeout,
+                     "A live migration whose target has not taken the job over this long after the freeze is rolled "
+                     "back to the source")
+      ->capture_default_str();
   server->add_option("--max-checkpoint-bytes", config->max_checkpoint_bytes,
                      "The largest checkpoint archive an agent may upload for a job")
       ->capture_default_str();
@@ -76,7 +86,7 @@ void add_server_commands(CLI::App& app) {
   init->add_option("--data-dir", config->data_dir, "The directory to prepare (created, mode 0700)");
   init->add_option("--hostname", *hostnames, "Extra DNS name or IP address for the server certificate");
 
-  server->final_callback([server, init, config, hostnames, not_ready, lost, idle]() {
+  server->final_callback([server, init, config, hostnames, not_ready, lost, idle, checkpoint_every, migration_timeout]() {
     if (config->data_dir.empty()) std::exit(fail(Error::invalid_argument("--data-dir", "", "required")));
     if (init->parsed()) {
       InitOptions options{config->data_dir, *hostnames};
@@ -94,6 +104,15 @@ void add_server_commands(CLI::App& app) {
     auto limits = parse_idle_limits(*idle);
     if (!limits) std::exit(fail(limits.error()));
     config->idle_reclaim_after = *limits;
+    auto every = parse_idle_limits(*checkpoint_every, "--checkpoint-every");
+    if (!every) std::exit(fail(every.error()));
+    config->checkpoint_every = *every;
+    auto timeout = parse_duration(*migration_timeout, "--migration-timeout");
+    if (!timeout) std::exit(fail(timeout.error()));
+    if (*timeout <= Duration{0}) {
+      std::exit(fail(Error::invalid_argument("--migration-timeout", *migration_timeout, "must be positive")));
+    }
+    config->migration_timeout = *timeout;
     if (config->lost_after <= config->not_ready_after) {
       std::exit(fail(Error::invalid_argument("--lost-after", *lost, "must be longer than --not-ready-after")));
     }

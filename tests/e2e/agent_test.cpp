@@ -8,8 +8,7 @@
 #include <fstream>
 
 #include "agent/files/files.h"
-#include "agent_process.h"
-#include "fixtures.h"
+#include "agent_cluster.h"
 
 namespace cnlab::server::test_support {
 namespace {
@@ -19,66 +18,9 @@ using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-class AgentTest : public ClusterTest {
+class AgentTest : public AgentCluster {
  protected:
-  void SetUp() override {
-    // Jobs run as nobody when the test runs as root: they must pass through the agents' directory.
-    ::chmod(nodes_.path().c_str(), 0711);
-    start_server({"--not-ready-after", "2s", "--lost-after", "4s"});
-  }
-
-  std::string join_token() { return call(*admin_, "POST", "/v1/join-tokens", 201, {{"ttl", "1h"}})["token"]; }
-
-  AgentProcess& add_agent(const std::string& name, std::string gpus = "h100x2", std::vector<std::string> extra = {}) {
-    AgentProcess::Options options{name, std::move(gpus), ::geteuid() == 0 ? "nobody" : "", std::move(extra)};
-    agents_.push_back(std::make_unique<AgentProcess>(*server_, join_token(), nodes_.path() + "/agent-" + name, options));
-    // Ready once the server has its heartbeat.
-    EXPECT_TRUE(eventually([&] {
-      auto r = admin_->request("GET", "/v1/nodes/" + name);
-      return r && r->status == 200 && Json::parse(r->body)["status"]["phase"] == "Ready";
-    }));
-    return *agents_.back();
-  }
-
-  std::string submit(const std::vector<std::string>& command, const std::string& gpu = "h100-25", int64_t memory_mib = 256,
-                     Json extra_spec = Json::object()) {
-    Json body = job_body("default", gpu, command);
-    body["spec"]["memory_mib"] = memory_mib;
-    for (auto& [k, v] : extra_spec.items()) body["spec"][k] = v;
-    return call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
-  }
-
-  Json wait_for_end(const std::string& id, std::chrono::milliseconds timeout = 30s) {
-    Json job;
-    eventually(
-        [&] {
-          job = get_job(*admin_, id);
-          std::string phase = job["status"]["phase"];
-          return phase == "Succeeded" || phase == "Failed" || phase == "Cancelled";
-        },
-        timeout);
-    return job;
-  }
-
-  std::vector<Json> logs(const std::string& id) {
-    auto r = admin_->request("GET", "/v1/jobs/" + id + "/logs");
-    std::vector<Json> lines;
-    if (!r || r->status != 200) return lines;
-    std::stringstream in(r->body);
-    for (std::string line; std::getline(in, line);) {
-      if (!line.empty()) lines.push_back(Json::parse(line));
-    }
-    return lines;
-  }
-  std::vector<std::string> texts(const std::vector<Json>& lines) {
-    std::vector<std::string> out;
-    for (const auto& l : lines) out.push_back(l["text"]);
-    return out;
-  }
-  std::string node_of(const std::string& id) { return get_job(*admin_, id)["status"]["placement"][0]["node"]; }
-
-  TempDir nodes_;  // the agents' data directories (the server's is dir_)
-  std::vector<std::unique_ptr<AgentProcess>> agents_;
+  void SetUp() override { start_cluster({"--not-ready-after", "2s", "--lost-after", "4s"}); }
 };
 
 TEST_F(AgentTest, TheNodeAppearsWithItsSimulatedGpusAndTheAgentServesMetrics) {

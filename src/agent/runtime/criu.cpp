@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <optional>
@@ -166,10 +167,11 @@ std::vector<std::string> environment() {
 }
 
 std::vector<std::string> dump_args(const std::string& criu, pid_t pid, const fs::path& images, const fs::path& log,
-                                   bool leave_running) {
+                                   Leave leave) {
   std::vector<std::string> args = {criu, "dump", "--tree", std::to_string(pid), "--images-dir", images.string(),
                                    "--log-file", log.string(), "--manage-cgroups=ignore", "--file-locks"};
-  if (leave_running) args.push_back("--leave-running");
+  if (leave == Leave::kRunning) args.push_back("--leave-running");
+  if (leave == Leave::kStopped) args.push_back("--leave-stopped");
   return args;
 }
 

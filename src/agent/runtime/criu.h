@@ -33,10 +33,11 @@ Result<Pipes> decode_pipes(std::string_view text);
 // CRIU_FAULT=130 and a PATH for the helpers CRIU runs.
 std::vector<std::string> environment();
 
-// `criu dump` of the tree whose root (the job's init) is `pid`, into `images`. With
-// `leave_running` the tree carries on afterwards; without, CRIU kills it once dumped.
+// `criu dump` of the tree whose root (the job's init) is `pid`, into `images`. Afterwards CRIU
+// kills the tree, or leaves it running, or leaves it stopped.
+enum class Leave { kNothing, kRunning, kStopped };
 std::vector<std::string> dump_args(const std::string& criu, pid_t pid, const std::filesystem::path& images,
-                                   const std::filesystem::path& log, bool leave_running);
+                                   const std::filesystem::path& log, Leave leave);
 // `criu restore --restore-detached` of `images`, the new pipes' write ends at the given
 // descriptors of the CRIU process, the restored root's pid written to `pid_file`.
 std::vector<std::string> restore_args(const std::string& criu, const std::filesystem::path& images,

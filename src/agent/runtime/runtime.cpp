@@ -65,6 +65,20 @@ constexpr milliseconds kRemoveTimeout{1000};
 
 std::string errno_text(int err) { return std::strerror(err); }
 
+constexpr int kCapSysResource = 24;
+
+// Whether this process holds capability `bit` (its effective set, from /proc/self/status).
+bool has_capability(int bit) {
+  auto status = cgroups::read_file("/proc/self/status");
+  if (!status) return false;
+  for (auto line : split(*status, '\n')) {
+    if (line.rfind("CapEff:", 0) != 0) continue;
+    const uint64_t caps = std::strtoull(std::string(trim(line.substr(7))).c_str(), nullptr, 16);
+    return (caps >> bit) & 1;
+  }
+  return false;
+}
+
 // Shims this process started are its children until they exit: they must be reaped, or each
 // finished job would leave a zombie in the agent. Process-wide, because handles outlive the
 // Runtime that started them. pidfds, not pids: a pidfd names its process even after another part
@@ -502,7 +516,7 @@ Status JobHandle::signal(int sig) const {
 
 Status JobHandle::send_checkpoint_signal() const { return signal(SIGUSR1); }
 
-Result<JobHandle::Checkpoint> JobHandle::checkpoint(const fs::path& images, bool leave_running) const {
+Result<JobHandle::Checkpoint> JobHandle::checkpoint(const fs::path& images, AfterDump after) const {
   const JobRecord& record = *record_;
   if (record.criu.empty()) {
     return Error::failed_precondition("job " + record.job_id + ": this runtime takes no transparent checkpoints");
@@ -527,8 +541,10 @@ Result<JobHandle::Checkpoint> JobHandle::checkpoint(const fs::path& images, bool
   const criu::Pipes pipes{state->stdout_pipe, state->stderr_pipe, state->status_pipe};
   if (auto s = jobfiles::write_atomic(images, criu::kPipesFile, criu::encode(pipes)); !s) return s.error();
   const fs::path log = images / "dump.log";
-  auto ran = criu::run(criu::dump_args(record.criu, record.job_pid, images, log, leave_running),
-                       record.checkpoint_timeout);
+  const criu::Leave leave = after == AfterDump::kLeaveRunning   ? criu::Leave::kRunning
+                            : after == AfterDump::kLeaveStopped ? criu::Leave::kStopped
+                                                                : criu::Leave::kNothing;
+  auto ran = criu::run(criu::dump_args(record.criu, record.job_pid, images, log, leave), record.checkpoint_timeout);
   if (!ran) return ran.error();
   if (ran->timed_out) {
     spdlog::error("job checkpoint hung job=\"{}\" timeout_ms={}; CRIU killed", record.job_id,
@@ -546,8 +562,8 @@ Result<JobHandle::Checkpoint> JobHandle::checkpoint(const fs::path& images, bool
   for (const auto& entry : fs::directory_iterator(images, ec)) {
     if (entry.is_regular_file(ec)) taken.bytes += entry.file_size(ec);
   }
-  spdlog::info("job checkpointed job=\"{}\" images=\"{}\" bytes={} pause_ms={} leave_running={}", record.job_id,
-               images.string(), taken.bytes, taken.pause.count(), leave_running);
+  spdlog::info("job checkpointed job=\"{}\" images=\"{}\" bytes={} pause_ms={} after={}", record.job_id,
+               images.string(), taken.bytes, taken.pause.count(), static_cast<int>(after));
   return taken;
 }
 
@@ -557,6 +573,26 @@ std::string find_criu() {
     if (::access(path.c_str(), X_OK) == 0) return path;
   }
   return "";
+}
+
+Status JobHandle::thaw() const {
+  const JobRecord& record = *record_;
+  if (record.job_pid <= 0) return Error::failed_precondition("job " + record.job_id + " has no process");
+  // The namespace's init and everything below it (a stopped tree forks nothing meanwhile).
+  std::vector<pid_t> pids{record.job_pid};
+  for (size_t i = 0; i < pids.size(); ++i) {
+    std::error_code ec;
+    for (const auto& task : fs::directory_iterator(fmt::format("/proc/{}/task", pids[i]), ec)) {
+      auto children = cgroups::read_file(task.path() / "children");
+      if (!children) continue;
+      for (auto child : split(trim(*children), ' ')) {
+        if (auto pid = parse_int(child, "pid")) pids.push_back(static_cast<pid_t>(*pid));
+      }
+    }
+  }
+  for (pid_t pid : pids) ::kill(pid, SIGCONT);
+  spdlog::info("job thawed job=\"{}\" processes={}", record.job_id, pids.size());
+  return {};
 }
 
 Result<int> rewrite_checkpoint_paths(const fs::path& images, const fs::path& from, const fs::path& to) {
@@ -675,6 +711,7 @@ Result<std::unique_ptr<Runtime>> Runtime::create(RuntimeOptions options) {
     caps.checkpoint_reason = checked.error().message;
   } else {
     caps.checkpoint = true;
+    caps.checkpoint_other_users = has_capability(kCapSysResource);
   }
   if (!caps.checkpoint && !options.criu.empty()) {
     spdlog::warn("runtime: transparent checkpoints unavailable reason=\"{}\"", caps.checkpoint_reason);

@@ -113,6 +113,10 @@ struct RuntimeCapabilities {
   // another node. Needs namespaces, root and a CRIU whose `criu check` passes.
   bool checkpoint = false;
   std::string checkpoint_reason;  // why not; empty when they work
+  // CRIU reads the resource limits of every task it dumps; for a task of another user that takes
+  // CAP_SYS_RESOURCE, which some machines' root lacks (this build VM's). Without it, jobs run as
+  // another user (RunAs) are not checkpointed transparently.
+  bool checkpoint_other_users = false;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -164,16 +168,25 @@ class JobHandle {
 
   // Dumps the job's whole process tree (its PID namespace: memory, threads, signals, open files
   // and their offsets, pipes, its mount, IPC and UTS namespaces) into `images` (created; must not
-  // exist) with CRIU. With `leave_running` the job carries on; without, it ends there (its
-  // status: killed by SIGKILL, stopped) and can be restored from `images` (ProcessSpec::
-  // restore_from). `pause` is how long the job was frozen. Fails (the job untouched, or running
-  // on after a CRIU that hung was killed) on a runtime without capabilities().checkpoint, a job
-  // without a PID namespace, or a tree CRIU cannot dump (its log's errors in the message).
+  // exist) with CRIU, to be restored from there (ProcessSpec::restore_from). Afterwards the job
+  //   kStop:         has ended (its status: killed by SIGKILL);
+  //   kLeaveRunning: carries on;
+  //   kLeaveStopped: stays frozen (every task stopped) until thaw() or stop(): a migration's
+  //                  source keeps it so until the target runs it, and files are copied meanwhile.
+  // What the job had written to its stdout and stderr but the shim had not yet read stays with this
+  // shim: CRIU saves a pipe's data only through a read end, and the tree holds only the write ends
+  // of its output pipes, so a restored copy does not print it again.
+  // `pause` is how long the dump froze the job. Fails (the job running on, also after a CRIU that
+  // hung was killed) on a runtime without capabilities().checkpoint, a job without a PID namespace
+  // or not running, or a tree CRIU cannot dump (its log's errors in the message).
+  enum class AfterDump { kStop, kLeaveRunning, kLeaveStopped };
   struct Checkpoint {
     std::chrono::milliseconds pause{0};
     uint64_t bytes = 0;  // the images' size
   };
-  Result<Checkpoint> checkpoint(const std::filesystem::path& images, bool leave_running) const;
+  Result<Checkpoint> checkpoint(const std::filesystem::path& images, AfterDump after) const;
+  // Continues every task of a job left stopped by checkpoint(kLeaveStopped).
+  Status thaw() const;
 
   // SIGTERM to the command, up to `grace` for it to end, then SIGKILL to the job's whole tree
   // through the shim (the namespace's init, the process group, the cgroup) and up to

@@ -131,7 +131,7 @@ TEST_F(CheckpointTest, AJobDumpedOnOneNodeCarriesOnExactlyWhereItWasInAnotherDir
   ASSERT_FALSE(ticks(before).empty());
 
   const fs::path images = dir_.path() / "images";
-  auto taken = source->checkpoint(images, /*leave_running=*/false);
+  auto taken = source->checkpoint(images, JobHandle::AfterDump::kStop);
   ASSERT_TRUE(taken) << taken.error().to_string();
   EXPECT_GT(taken->bytes, 1u << 20) << "a Python process and its child are megabytes of memory";
   EXPECT_GT(taken->pause.count(), 0);
@@ -182,12 +182,32 @@ TEST_F(CheckpointTest, APeriodicCheckpointLeavesTheJobRunning) {
   auto reader = OutputReader::open(job->output_path());
   ASSERT_TRUE(reader);
   const int at = ticks(read_until_tick(*reader, 2)).back().n;
-  auto taken = job->checkpoint(dir_.path() / "images", /*leave_running=*/true);
+  auto taken = job->checkpoint(dir_.path() / "images", JobHandle::AfterDump::kLeaveRunning);
   ASSERT_TRUE(taken) << taken.error().to_string();
   const std::vector<Tick> later = ticks(read_until_tick(*reader, at + 4));
   ASSERT_FALSE(later.empty());
   EXPECT_GE(later.back().n, at + 4) << "the job kept printing after its checkpoint";
   EXPECT_EQ(job->status().state, JobState::kRunning);
+  ASSERT_TRUE(job->stop(2s));
+}
+
+TEST_F(CheckpointTest, AJobLeftStoppedPrintsNothingUntilThawed) {
+  auto job = runtime_->start(counter_job("node-a"));
+  ASSERT_TRUE(job) << job.error().to_string();
+  auto reader = OutputReader::open(job->output_path());
+  ASSERT_TRUE(reader);
+  (void)read_until_tick(*reader, 2);
+  auto taken = job->checkpoint(dir_.path() / "images", JobHandle::AfterDump::kLeaveStopped);
+  ASSERT_TRUE(taken) << taken.error().to_string();
+  std::this_thread::sleep_for(300ms);
+  (void)reader->read();  // what the shim had read before the freeze
+  std::this_thread::sleep_for(500ms);
+  auto frozen = reader->read();
+  ASSERT_TRUE(frozen);
+  EXPECT_TRUE(frozen->empty()) << "a stopped job printed " << frozen->size() << " lines";
+  ASSERT_TRUE(job->thaw());
+  const auto thawed = ticks(read_until_tick(*reader, 1000, 2s));
+  EXPECT_GE(thawed.size(), 5u) << "the job carries on once thawed";
   ASSERT_TRUE(job->stop(2s));
 }
 
@@ -209,7 +229,7 @@ TEST_F(CheckpointTest, AFinishedJobIsNotCheckpointed) {
   auto job = runtime_->start(spec);
   ASSERT_TRUE(job) << job.error().to_string();
   EXPECT_EQ(job->wait(10s).state, JobState::kExited);
-  auto taken = job->checkpoint(dir_.path() / "images", false);
+  auto taken = job->checkpoint(dir_.path() / "images", JobHandle::AfterDump::kStop);
   ASSERT_FALSE(taken);
   EXPECT_THAT(taken.error().message, HasSubstr("is not running"));
 }

@@ -1,0 +1,200 @@
+// JobRunner's transparent (process) checkpoints: taking one, on request and for a migration, and
+// putting one back in place before a restore. See job_runner.h for the layout of dir_/process.
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <fstream>
+#include <thread>
+
+#include "agent/files/files.h"
+#include "agent/job_runner.h"
+#include "common/time.h"
+
+namespace cnlab::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+constexpr const char* kProcessMeta = "process.json";
+// The job's directories a process checkpoint carries (what its open files and working directory
+// refer to); run/ is the runtime's own.
+constexpr const char* kCarried[] = {"work", "artifacts", "checkpoint"};
+constexpr auto kMigrationOutcomeWait = 15min;  // beyond the server's --migration-timeout
+
+std::string now_text() {
+  return format_rfc3339(std::chrono::time_point_cast<std::chrono::seconds>(std::chrono::system_clock::now()));
+}
+
+int64_t epoch_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+Status copy_tree(const fs::path& from, const fs::path& to) {
+  std::error_code ec;
+  fs::copy(from, to, fs::copy_options::recursive | fs::copy_options::copy_symlinks, ec);
+  if (ec) return Error::internal("copy " + from.string() + " to " + to.string() + ": " + ec.message());
+  return {};
+}
+
+}  // namespace
+
+std::string JobRunner::transparent_refusal() const {
+  const RuntimeCapabilities& caps = context_.runtime->capabilities();
+  if (!caps.checkpoint) return caps.checkpoint_reason;
+  if (!handle_ || !handle_->isolation().namespaces) return "the job has no PID namespace of its own";
+  if (handle_->isolation().switch_user && !caps.checkpoint_other_users) {
+    return "the job runs as another user and this agent lacks CAP_SYS_RESOURCE, which CRIU needs to dump it";
+  }
+  if (!binding().gpus.empty()) {
+    return "the job holds GPUs, whose memory only NVIDIA's cuda-checkpoint saves, and this node has none";
+  }
+  return "";
+}
+
+Result<JobHandle::Checkpoint> JobRunner::take_process_checkpoint(JobHandle::AfterDump after) {
+  const fs::path process = dir_ / "process";
+  (void)safe_remove_tree(process.string());
+  std::error_code ec;
+  fs::create_directories(process / "tree", ec);
+  if (ec) return Error::internal("mkdir " + (process / "tree").string() + ": " + ec.message());
+  ::chmod(process.c_str(), 0700);
+  auto taken = handle_->checkpoint(process / "images", after);
+  if (!taken) {
+    (void)safe_remove_tree(process.string());
+    return taken.error();
+  }
+  // The job is gone or stopped: its files are as its memory left them.
+  for (const char* name : kCarried) {
+    if (!fs::exists(dir_ / name, ec)) continue;
+    if (auto copied = copy_tree(dir_ / name, process / "tree" / name); !copied) {
+      (void)safe_remove_tree(process.string());
+      return copied.error();
+    }
+  }
+  std::ofstream(process / kProcessMeta, std::ios::trunc)
+      << Json{{"job_dir", dir_.string()}, {"node", context_.node}, {"pause_ms", taken->pause.count()}}.dump();
+  return taken;
+}
+
+void JobRunner::checkpoint_on_request() {
+  if (std::string why = transparent_refusal(); !why.empty()) {
+    note("checkpoint requested; no transparent one here (" + why +
+         "): SIGUSR1 sent, for the job to save its state into CNLAB_CHECKPOINT_DIR");
+    (void)handle_->send_checkpoint_signal();
+    return;
+  }
+  const std::string taken_at = now_text();
+  auto taken = take_process_checkpoint(JobHandle::AfterDump::kLeaveStopped);
+  if (taken) (void)handle_->thaw();
+  if (!taken) {
+    note("checkpoint not taken: " + taken.error().message);
+    return;
+  }
+  std::string digest = upload_checkpoint(dir_ / "process", taken_at, {{"Checkpoint-Kind", "process"}});
+  spdlog::info("job periodic checkpoint job=\"{}\" digest=\"{}\" pause_ms={} bytes={}", job_id_, digest,
+               taken->pause.count(), taken->bytes);
+  (void)safe_remove_tree((dir_ / "process").string());
+}
+
+void JobRunner::migrate_out(OutputReader* reader) {
+  auto give_up = [&](const std::string& why) {
+    spdlog::warn("job migration failed job=\"{}\" error=\"{}\"", job_id_, why);
+    Json body = {{"phase", "Running"}, {"migration_failed", why}};
+    (void)api_.call("PUT", "/v1/jobs/" + job_id_ + "/status", body.dump());
+  };
+  if (std::string why = transparent_refusal(); !why.empty()) return give_up(why);
+  migrating_out_ = true;
+  const int64_t frozen_at = epoch_ms();
+  const std::string taken_at = now_text();
+  auto taken = take_process_checkpoint(JobHandle::AfterDump::kLeaveStopped);
+  if (!taken) {
+    migrating_out_ = false;
+    return give_up("the dump failed: " + taken.error().message);
+  }
+  // What it printed before the freeze goes into its log before anything the target prints.
+  std::this_thread::sleep_for(50ms);
+  if (reader) (void)ship_logs(*reader, false);
+  std::string digest = upload_checkpoint(dir_ / "process", taken_at,
+                                         {{"Checkpoint-Kind", "process"},
+                                          {"Checkpoint-Purpose", "migration"},
+                                          {"Checkpoint-Frozen-At-Ms", std::to_string(frozen_at)}});
+  (void)safe_remove_tree((dir_ / "process").string());
+  if (digest.empty()) {
+    (void)handle_->thaw();
+    migrating_out_ = false;
+    return give_up("its dump could not be stored on the server");
+  }
+  spdlog::info("job frozen for migration job=\"{}\" digest=\"{}\" dump_ms={} bytes={}", job_id_, digest,
+               taken->pause.count(), taken->bytes);
+  // The outcome: the target runs it (the job is no longer ours to see), or it is given back.
+  const auto deadline = std::chrono::steady_clock::now() + kMigrationOutcomeWait;
+  while (!detached() && std::chrono::steady_clock::now() < deadline) {
+    auto job = api_.call("GET", "/v1/jobs/" + job_id_);
+    if (!job && job.error().code == ErrorCode::kNotFound) {
+      spdlog::info("job migrated away job=\"{}\"", job_id_);
+      migrated_away_ = true;
+      migrating_out_ = false;
+      request_stop(StopReason::kGone);  // the frozen copy is stopped without a checkpoint
+      return;
+    }
+    if (job) {
+      auto decoded = model::job_from_json(*job);
+      if (decoded && !decoded->status.migration) {
+        bool here = false;
+        for (const auto& b : decoded->status.placement) here |= b.node == context_.node;
+        if (here) {
+          spdlog::info("job migration rolled back job=\"{}\"; thawing", job_id_);
+          update(*decoded);
+          (void)handle_->thaw();
+          migrating_out_ = false;
+          return;
+        }
+      }
+    }
+    pause(100ms);
+  }
+  // No answer for that long: thaw it rather than leave it frozen.
+  (void)handle_->thaw();
+  migrating_out_ = false;
+}
+
+Result<fs::path> JobRunner::prepare_restore() {
+  const fs::path process = dir_ / "process";
+  if (!context_.runtime->capabilities().checkpoint) {
+    // The job's own saved files still help it resume: hand them back.
+    std::error_code ec;
+    if (fs::is_directory(process / "tree" / "checkpoint", ec)) {
+      (void)safe_remove_tree((dir_ / "checkpoint").string());
+      fs::rename(process / "tree" / "checkpoint", dir_ / "checkpoint", ec);
+    }
+    return Error::failed_precondition("this node cannot restore processes: " +
+                                      context_.runtime->capabilities().checkpoint_reason);
+  }
+  std::ifstream in(process / kProcessMeta);
+  Json meta = Json::parse(std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()), nullptr, false);
+  if (!meta.is_object() || !meta.contains("job_dir") || !meta["job_dir"].is_string()) {
+    return Error::invalid_argument(kProcessMeta, (process / kProcessMeta).string(), "not a process checkpoint's description");
+  }
+  const fs::path dumped_dir = meta["job_dir"].get<std::string>();
+  std::error_code ec;
+  for (const char* name : kCarried) {
+    if (!fs::exists(process / "tree" / name, ec)) continue;
+    (void)safe_remove_tree((dir_ / name).string());
+    fs::rename(process / "tree" / name, dir_ / name, ec);
+    if (ec) return Error::internal("cannot put " + std::string(name) + " back in place: " + ec.message());
+  }
+  if (dumped_dir != dir_) {
+    auto rewritten = rewrite_checkpoint_paths(process / "images", dumped_dir, dir_);
+    if (!rewritten) return rewritten.error();
+  }
+  const std::string from = meta.value("node", "");
+  start_note_ += from.empty() || from == context_.node ? "; processes restored" : "; processes restored (dumped on " + from + ")";
+  return process / "images";
+}
+
+}  // namespace cnlab::agent

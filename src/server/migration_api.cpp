@@ -1,0 +1,118 @@
+// Checkpoints on demand and live migration (POST /v1/jobs/{id}/checkpoint, /migrate): the user's
+// side. Who may: whoever may cancel the job (its owner with cancel-own, or cancel-any in its
+// project). Both are audited; the agents do the work (see migrations.h).
+#include <fmt/format.h>
+
+#include "server/api.h"
+#include "server/api_error.h"
+#include "server/job_writes.h"
+#include "server/migrations.h"
+
+namespace cnlab::server {
+namespace {
+
+bool may_act_on(const Caller& caller, const model::Job& job) {
+  return caller.can(job.spec.project, auth::Action::kCancelAny) ||
+         (job.spec.user == caller.user && caller.can(job.spec.project, auth::Action::kCancelOwn));
+}
+
+}  // namespace
+
+net::Response Api::request_checkpoint(const Call& call) {
+  const std::string& id = call.param("id");
+  auto cached = visible_job(call, id);
+  if (!cached || call.caller.is_node()) return error_response(Error::not_found("job", id, "no such job"));
+  const model::Job& seen = *cached->object;
+  const std::string target = seen.spec.project + "/" + id;
+  if (!may_act_on(call.caller, seen)) {
+    Error denied = Error::of(ErrorCode::kPermissionDenied, "job", id, "your role may checkpoint only your own jobs");
+    audit_refusal(call, "jobs.checkpoint_request", target, denied);
+    return error_response(denied);
+  }
+  Json audit = audit_record(call, "jobs.checkpoint_request", target, "ok", Json::object());
+  auto updated = update_job(
+      ctx_.store, &ctx_.cache, id,
+      [&](model::Job& job) -> Result<bool> {
+        if (!job.spec.checkpointable) {
+          return Error::failed_precondition("job " + id + " is not checkpointable (spec.checkpointable)");
+        }
+        if (job.status.phase != model::JobPhase::kRunning) {
+          return Error::of(ErrorCode::kConflict, "job", id,
+                           "the job is " + std::string(to_string(job.status.phase)) + "; only a Running job is checkpointed");
+        }
+        job.status.checkpoint_requested_at = call.now;
+        return true;
+      },
+      audit.dump());
+  if (!updated) return error_response(updated.error());
+  auto now_cached = ctx_.cache.read([&](const ObjectCache& c) { return c.jobs.get(id); });
+  return json_response(202, job_json(*now_cached.object));
+}
+
+net::Response Api::migrate_job(const Call& call) {
+  const std::string& id = call.param("id");
+  auto cached = visible_job(call, id);
+  if (!cached || call.caller.is_node()) return error_response(Error::not_found("job", id, "no such job"));
+  const model::Job& seen = *cached->object;
+  const std::string target = seen.spec.project + "/" + id;
+  if (!may_act_on(call.caller, seen)) {
+    Error denied = Error::of(ErrorCode::kPermissionDenied, "job", id, "your role may migrate only your own jobs");
+    audit_refusal(call, "jobs.migrate", target, denied);
+    return error_response(denied);
+  }
+  auto body = call.request.body.empty() ? Result<Json>(Json::object()) : parse_body(call.request);
+  if (!body) return error_response(body.error());
+  JsonReader r(*body, "");
+  r.only({"to"});
+  std::string to = r.string_or("to", "");
+  if (!r.status()) return error_response(r.status().error());
+  if (std::string why = migration_refusal(seen); !why.empty()) {
+    return error_response(Error::failed_precondition("job " + id + " cannot migrate: " + why));
+  }
+  const std::string source = seen.status.placement.front().node;
+  // The target: the one asked for, or the schedulable node (not the source) with the most free CPU.
+  auto chosen = ctx_.cache.read([&](const ObjectCache& c) -> Result<std::string> {
+    if (!to.empty()) {
+      auto node = c.nodes.get(to);
+      if (!node.object) return Error::not_found("to", to, "no such node");
+      if (to == source) return Error::invalid_argument("to", to, "the job already runs there; name another node");
+      if (!node.object->schedulable()) {
+        return Error::failed_precondition(fmt::format("node {} is {}{}: it takes no new work", to,
+                                                      to_string(node.object->phase),
+                                                      node.object->unschedulable ? " (cordoned)" : ""));
+      }
+      return to;
+    }
+    std::string best;
+    int64_t best_cpu = -1;
+    c.nodes.for_each([&](const std::string& name, const model::Node& node, int64_t) {
+      if (name == source || !node.schedulable()) return;
+      if (node.cpu_milli > best_cpu) {
+        best = name;
+        best_cpu = node.cpu_milli;
+      }
+    });
+    if (best.empty()) return Error::failed_precondition("no other node takes new work: nowhere to migrate job " + id);
+    return best;
+  });
+  if (!chosen) return error_response(chosen.error());
+  Json audit = audit_record(call, "jobs.migrate", target, "ok", {{"from", source}, {"to", *chosen}});
+  auto updated = update_job(
+      ctx_.store, &ctx_.cache, id,
+      [&](model::Job& job) -> Result<bool> {
+        if (std::string why = migration_refusal(job); !why.empty()) {
+          return Error::failed_precondition("job " + id + " cannot migrate: " + why);
+        }
+        job.status.migration = model::Migration{*chosen, call.now, "", std::nullopt};
+        job.status.events.push_back({model::JobEventType::kMigrationRequested, call.now,
+                                     fmt::format("migration from {} to {} requested by {}", source, *chosen,
+                                                 call.caller.user)});
+        return true;
+      },
+      audit.dump());
+  if (!updated) return error_response(updated.error());
+  auto now_cached = ctx_.cache.read([&](const ObjectCache& c) { return c.jobs.get(id); });
+  return json_response(202, job_json(*now_cached.object));
+}
+
+}  // namespace cnlab::server

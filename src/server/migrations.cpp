@@ -1,0 +1,129 @@
+#include "server/migrations.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "server/job_writes.h"
+
+namespace cnlab::server {
+
+void bind_to_migration_target(model::Job& job, const std::string& source, int64_t frozen_at_ms, Time now) {
+  model::Migration& move = *job.status.migration;
+  move.from = source;
+  move.frozen_at = now;
+  move.frozen_at_ms = frozen_at_ms;
+  job.status.phase = model::JobPhase::kScheduled;
+  job.status.placement = {model::NodeBinding{move.to, {}}};
+  job.status.events.push_back({model::JobEventType::kScheduled, now,
+                               fmt::format("migrating from {} to {}: restored there from the dump", source, move.to)});
+}
+
+void roll_back_migration(model::Job& job, Time now, const std::string& why) {
+  const model::Migration move = *job.status.migration;
+  job.status.migration.reset();
+  if (!move.from.empty()) {
+    job.status.phase = model::JobPhase::kRunning;
+    job.status.placement = {model::NodeBinding{move.from, {}}};
+    if (!job.status.started_at) job.status.started_at = now;
+    job.status.waiting_reason.clear();
+  }
+  job.status.events.push_back({model::JobEventType::kMigrationFailed, now,
+                               why + (move.from.empty() ? "; it runs on where it was"
+                                                        : "; it carries on on " + move.from)});
+}
+
+std::string migration_refusal(const model::Job& job) {
+  if (job.status.phase != model::JobPhase::kRunning) {
+    return "the job is " + std::string(to_string(job.status.phase)) + "; only a Running job migrates";
+  }
+  if (!job.spec.checkpointable) return "the job is not checkpointable (spec.checkpointable)";
+  if (job.status.cancel_requested) return "the job is being cancelled";
+  if (job.status.migration) return "a migration of the job is already under way";
+  if (job.status.placement.size() != 1) return "a gang job (several nodes) does not migrate";
+  if (!job.status.placement.front().gpus.empty()) {
+    return "the job holds GPUs: their memory moves only with NVIDIA's cuda-checkpoint, which this cluster's nodes "
+           "lack; pre-empt it instead (it resumes from its application checkpoint)";
+  }
+  return "";
+}
+
+MigrationWatch::MigrationWatch(store::Store& store, ObjectCache& cache, Duration timeout,
+                               std::map<std::string, Duration> checkpoint_every, std::function<Time()> clock,
+                               std::function<void()> wake_scheduler)
+    : store_(store),
+      cache_(cache),
+      timeout_(timeout),
+      checkpoint_every_(std::move(checkpoint_every)),
+      clock_(std::move(clock)),
+      wake_scheduler_(std::move(wake_scheduler)) {}
+
+MigrationWatch::~MigrationWatch() { stop(); }
+
+void MigrationWatch::start(std::chrono::milliseconds period) { periodic_.start(period, [this] { check_once(); }); }
+
+void MigrationWatch::stop() { periodic_.stop(); }
+
+void MigrationWatch::check_once() {
+  const Time now = clock_();
+  std::vector<std::string> migrating, due;
+  cache_.read([&](const ObjectCache& c) {
+    c.jobs.for_each([&](const std::string& id, const model::Job& job, int64_t) {
+      if (job.status.migration) {
+        migrating.push_back(id);
+        return;
+      }
+      if (job.status.phase != model::JobPhase::kRunning || !job.spec.checkpointable || !job.status.started_at) return;
+      auto every = checkpoint_every_.find(job.spec.priority_class);
+      if (every == checkpoint_every_.end()) return;
+      Time last = std::max({*job.status.started_at, job.status.last_checkpoint_at.value_or(Time{}),
+                            job.status.checkpoint_requested_at.value_or(Time{})});
+      if (now - last >= every->second) due.push_back(id);
+    });
+    return 0;
+  });
+  bool rebound = false;
+  for (const auto& id : migrating) {
+    std::string why;
+    Json audit = {{"time", format_rfc3339(now)}, {"actor", "migration-watch"}, {"action", "jobs.migrate"},
+                  {"target", id}, {"outcome", "rolled_back"}, {"detail", Json::object()}};
+    auto updated = update_job(store_, &cache_, id, [&](model::Job& job) -> Result<bool> {
+      if (!job.status.migration) return false;
+      const model::Migration& move = *job.status.migration;
+      if (move.from.empty()) {
+        if (job.status.phase != model::JobPhase::kRunning) {
+          why = "the job stopped running before its source dumped it";
+        } else if (now - move.requested_at > timeout_) {
+          why = fmt::format("its node did not dump it within {}", format_duration(timeout_));
+        }
+      } else if (job.status.phase == model::JobPhase::kPending) {
+        why = "the target " + move.to + " was lost before the job ran there";
+      } else if (job.status.phase == model::JobPhase::kScheduled && move.frozen_at && now - *move.frozen_at > timeout_) {
+        why = fmt::format("the target {} did not restore it within {}", move.to, format_duration(timeout_));
+      }
+      if (why.empty()) return false;
+      if (is_terminal(job.status.phase)) {
+        job.status.migration.reset();
+        return true;
+      }
+      roll_back_migration(job, now, "migration given up: " + why);
+      return true;
+    }, audit.dump());
+    if (!updated) {
+      spdlog::error("migration check failed job=\"{}\" error=\"{}\"", id, updated.error().to_string());
+    } else if (*updated) {
+      spdlog::warn("migration given up job=\"{}\" reason=\"{}\"", id, why);
+      rebound = true;
+    }
+  }
+  for (const auto& id : due) {
+    auto updated = update_job(store_, &cache_, id, [&](model::Job& job) -> Result<bool> {
+      if (job.status.phase != model::JobPhase::kRunning || job.status.migration) return false;
+      job.status.checkpoint_requested_at = now;
+      return true;
+    }, std::nullopt);
+    if (!updated) spdlog::error("periodic checkpoint not requested job=\"{}\" error=\"{}\"", id, updated.error().to_string());
+  }
+  if (rebound && wake_scheduler_) wake_scheduler_();
+}
+
+}  // namespace cnlab::server

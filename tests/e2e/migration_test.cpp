@@ -1,0 +1,275 @@
+// Transparent checkpoints and live migration end to end: a real server and two real agents (two
+// nodes with their own data directories) on this machine, CRIU underneath, and a Python job that
+// holds state in memory (a counter it prints every 100 ms), an open file it appends to and a
+// child process. Its printed sequence must continue without a gap or a repeat, its file intact,
+// across a pre-emption, a live migration and a target that dies mid-migration; a node that dies
+// resumes it from its periodic checkpoint; a corrupted checkpoint is refused.
+// Needs root and a working CRIU (scripts/install-criu.sh; CI has both); skips with why otherwise.
+#include <gmock/gmock.h>
+
+#include <fstream>
+#include <regex>
+
+#include "agent/runtime/runtime.h"
+#include "agent_cluster.h"
+
+namespace cnlab::server::test_support {
+namespace {
+
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+// argv[1]: how many ticks (0: forever). At the end it checks its own file and says so.
+constexpr const char* kCounter = R"(
+import os, subprocess, sys, time
+out = open('counter.txt', 'a')
+child = subprocess.Popen([sys.executable, '-c', 'import time\nwhile True: time.sleep(0.05)'])
+limit = int(sys.argv[1])
+i = 0
+while limit == 0 or i < limit:
+    print(f'tick {i} pid {os.getpid()} child {child.pid} alive {child.poll() is None}', flush=True)
+    out.write(f'{i}\n')
+    out.flush()
+    i += 1
+    time.sleep(0.1)
+child.kill()
+numbers = open('counter.txt').read().split()
+ok = numbers == [str(n) for n in range(len(numbers))]
+print('file', 'ok' if ok else 'BAD', len(numbers), flush=True)
+)";
+
+struct Tick {
+  int n;
+  std::string pid, child, alive;
+};
+
+std::vector<Tick> ticks(const std::vector<std::string>& lines) {
+  static const std::regex pattern(R"(tick (\d+) pid (\d+) child (\d+) alive (\w+))");
+  std::vector<Tick> out;
+  for (const auto& line : lines) {
+    std::smatch m;
+    if (std::regex_match(line, m, pattern)) out.push_back({std::stoi(m[1]), m[2], m[3], m[4]});
+  }
+  return out;
+}
+
+// Every tick once, in order, from 0; the same process and child throughout, alive.
+void expect_unbroken(const std::vector<Tick>& seen, int at_least) {
+  ASSERT_GE(static_cast<int>(seen.size()), at_least);
+  for (size_t i = 0; i < seen.size(); ++i) {
+    EXPECT_EQ(seen[i].n, static_cast<int>(i)) << "tick " << i << " is " << seen[i].n;
+    EXPECT_EQ(seen[i].pid, seen[0].pid);
+    EXPECT_EQ(seen[i].child, seen[0].child);
+    EXPECT_EQ(seen[i].alive, "True");
+  }
+}
+
+class MigrationTest : public AgentCluster {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "CRIU needs root; CI runs as root";
+    if (agent::find_criu().empty()) GTEST_SKIP() << "no criu: scripts/install-criu.sh installs it (make deps)";
+    // Jobs run as root: CRIU dumps another user's process only with CAP_SYS_RESOURCE, which this
+    // VM's root lacks (RunAsAnotherUserWithoutTheCapabilityFallsBack covers that case).
+    run_as_ = "";
+    start_cluster({"--not-ready-after", "2s", "--lost-after", "4s", "--migration-timeout", "4s",
+                   "--checkpoint-every", "none"});
+  }
+
+  // A CPU-only checkpointable job: what CRIU moves (GPU memory would need cuda-checkpoint).
+  std::string submit_counter(int ticks, const std::string& priority = "opportunistic", int64_t cpu_milli = 1000) {
+    Json body = job_body("default", "none", {"python3", "-u", "-c", kCounter, std::to_string(ticks)});
+    body["spec"]["memory_mib"] = 256;
+    body["spec"]["cpu_milli"] = cpu_milli;
+    body["spec"]["priority_class"] = priority;
+    body["spec"]["checkpointable"] = true;
+    return call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
+  }
+  int last_tick(const std::string& id) {
+    auto seen = ticks(texts(logs(id)));
+    return seen.empty() ? -1 : seen.back().n;
+  }
+  bool has_event(const std::string& id, const std::string& type) {
+    const Json job = get_job(*admin_, id);
+    for (const auto& e : job["status"]["events"]) {
+      if (e["type"] == type) return true;
+    }
+    return false;
+  }
+  std::string events(const std::string& id) { return get_job(*admin_, id)["status"]["events"].dump(); }
+  // What a dead node's jobs would be: gone. ("[i]" keeps the pattern from matching the shell's own
+  // command line.)
+  static void kill_counter_processes() {
+    ASSERT_EQ(std::system("pkill -KILL -f '[i]mport os, subprocess, sys, time'; pkill -KILL -f '[w]hile True: time.sleep'; true"), 0);
+  }
+};
+
+TEST_F(MigrationTest, ALiveMigratedJobCarriesOnOnTheOtherNodeWithoutAGapOrARepeat) {
+  add_agent("node-a", "h100");
+  std::string id = submit_counter(60);
+  ASSERT_TRUE(eventually([&] { return last_tick(id) >= 10; }, 20s)) << agents_[0]->log();
+  add_agent("node-b", "h100");
+
+  Json asked = call(*admin_, "POST", "/v1/jobs/" + id + "/migrate", 202, {{"to", "node-b"}});
+  EXPECT_EQ(asked["status"]["migration"]["to"], "node-b");
+  ASSERT_TRUE(eventually([&] { return has_event(id, "Migrated"); }, 30s))
+      << events(id) << agents_[0]->log() << agents_[1]->log();
+  EXPECT_EQ(node_of(id), "node-b");
+  EXPECT_THAT(events(id), HasSubstr("migrated from node-a to node-b; paused"));
+
+  Json ended = wait_for_end(id, 60s);
+  ASSERT_EQ(ended["status"]["phase"], "Succeeded") << ended.dump() << agents_[1]->log();
+  const auto lines = texts(logs(id));
+  expect_unbroken(ticks(lines), 60);
+  EXPECT_EQ(lines.back(), "file ok 60") << "the file it kept open on node-a was appended to on node-b";
+  EXPECT_THAT(agents_[1]->log(), HasSubstr("job started job=\"" + id + "\""));
+}
+
+TEST_F(MigrationTest, APreemptedJobIsDumpedAndResumesExactlyWhereItWas) {
+  add_agent("node-a", "h100", {"--cpu-milli", "1500"});
+  std::string id = submit_counter(50);
+  ASSERT_TRUE(eventually([&] { return last_tick(id) >= 5; }, 20s)) << agents_[0]->log();
+  // A production job needs the node's CPU: the counter is pre-empted, dumped, and resumed after.
+  Json urgent_body = job_body("default", "none", {"sleep", "2"});
+  urgent_body["spec"]["priority_class"] = "production";
+  urgent_body["spec"]["memory_mib"] = 64;
+  std::string urgent = call(*admin_, "POST", "/v1/jobs", 201, urgent_body)["metadata"]["name"];
+  EXPECT_EQ(wait_for_end(urgent)["status"]["phase"], "Succeeded");
+  Json ended = wait_for_end(id, 60s);
+  ASSERT_EQ(ended["status"]["phase"], "Succeeded") << ended.dump() << agents_[0]->log();
+  EXPECT_TRUE(has_event(id, "Preempted")) << events(id);
+  EXPECT_THAT(events(id), HasSubstr("processes restored"));
+  EXPECT_EQ(ended["status"]["checkpoint"]["kind"], "process");
+  const auto lines = texts(logs(id));
+  expect_unbroken(ticks(lines), 50);
+  EXPECT_EQ(lines.back(), "file ok 50");
+}
+
+TEST_F(MigrationTest, ATargetThatDiesMidMigrationLeavesTheJobRunningOnTheSource) {
+  add_agent("node-a", "h100");
+  add_agent("node-b", "h100");
+  std::string id = submit_counter(0);
+  ASSERT_TRUE(eventually([&] { return last_tick(id) >= 5; }, 20s));
+  const std::string source = node_of(id), target = source == "node-a" ? "node-b" : "node-a";
+  agents_[source == "node-a" ? 1 : 0]->stop(SIGKILL);  // the target is gone, not yet known to be
+  call(*admin_, "POST", "/v1/jobs/" + id + "/migrate", 202, {{"to", target}});
+  ASSERT_TRUE(eventually([&] { return has_event(id, "MigrationFailed"); }, 30s)) << events(id);
+  EXPECT_THAT(events(id), HasSubstr("carries on on " + source));
+  const int at = last_tick(id);
+  ASSERT_TRUE(eventually([&] { return last_tick(id) >= at + 10; }, 20s)) << "thawed on the source";
+  EXPECT_EQ(node_of(id), source);
+  EXPECT_EQ(get_job(*admin_, id)["status"]["phase"], "Running");
+  expect_unbroken(ticks(texts(logs(id))), at + 10);
+  call(*admin_, "POST", "/v1/jobs/" + id + "/cancel", 200);
+  EXPECT_EQ(wait_for_end(id)["status"]["phase"], "Cancelled");
+}
+
+TEST_F(MigrationTest, AJobOnANodeThatDiedResumesFromItsLatestCheckpointOnAnother) {
+  add_agent("node-a", "h100");
+  std::string id = submit_counter(0);
+  ASSERT_TRUE(eventually([&] { return last_tick(id) >= 5; }, 20s));
+  call(*admin_, "POST", "/v1/jobs/" + id + "/checkpoint", 202);
+  ASSERT_TRUE(eventually([&] { return get_job(*admin_, id)["status"].contains("checkpoint"); }, 20s))
+      << agents_[0]->log();
+  EXPECT_EQ(get_job(*admin_, id)["status"]["checkpoint"]["kind"], "process");
+  const int checkpointed_by = last_tick(id);
+  ASSERT_TRUE(eventually([&] { return last_tick(id) >= checkpointed_by + 5; }, 20s)) << "it ran on after the checkpoint";
+  // The node dies: its agent and everything of the job with it.
+  agents_[0]->stop(SIGKILL);
+  kill_counter_processes();
+  add_agent("node-b", "h100");
+  ASSERT_TRUE(eventually([&] { return node_of(id) == "node-b" && get_job(*admin_, id)["status"]["phase"] == "Running"; }, 30s))
+      << events(id);
+  // On node-b it resumes from the checkpoint: a tick at most as far as node-a had got then, and on.
+  const auto before = ticks(texts(logs(id)));
+  ASSERT_TRUE(eventually([&] { return ticks(texts(logs(id))).size() >= before.size() + 5; }, 20s)) << agents_[1]->log();
+  const auto all = ticks(texts(logs(id)));
+  const Tick& resumed = all[before.size()];
+  EXPECT_GT(resumed.n, 0) << "resumed from the checkpoint, not from the beginning";
+  EXPECT_LE(resumed.n, checkpointed_by + 1);
+  EXPECT_EQ(resumed.pid, all.front().pid);
+  EXPECT_THAT(events(id), HasSubstr("processes restored (dumped on node-a)"));
+  call(*admin_, "POST", "/v1/jobs/" + id + "/cancel", 200);
+}
+
+TEST_F(MigrationTest, ACorruptedCheckpointIsRefusedAndTheJobStartsAfresh) {
+  add_agent("node-a", "h100");
+  std::string id = submit_counter(0);
+  ASSERT_TRUE(eventually([&] { return last_tick(id) >= 3; }, 20s));
+  call(*admin_, "POST", "/v1/jobs/" + id + "/checkpoint", 202);
+  ASSERT_TRUE(eventually([&] { return get_job(*admin_, id)["status"].contains("checkpoint"); }, 20s));
+  const std::string digest = get_job(*admin_, id)["status"]["checkpoint"]["digest"];
+  // Someone flips bytes in the stored archive.
+  const fs::path blob = fs::path(dir_.path()) / "checkpoints" / digest.substr(7);
+  ASSERT_TRUE(fs::exists(blob)) << blob;
+  {
+    std::fstream f(blob, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(blob) / 2));
+    f.write("corrupted!", 10);
+  }
+  agents_[0]->stop(SIGKILL);
+  kill_counter_processes();
+  add_agent("node-b", "h100");
+  ASSERT_TRUE(eventually([&] { return node_of(id) == "node-b" && last_tick(id) >= 0 && has_event(id, "Started") &&
+                                      events(id).find("started on node-b") != std::string::npos; }, 30s))
+      << events(id);
+  EXPECT_THAT(events(id), HasSubstr("checkpoint " + digest + " not restored"));
+  EXPECT_THAT(agents_[1]->log(), HasSubstr("job checkpoint not restored job=\"" + id + "\""));
+  ASSERT_TRUE(eventually([&] {
+    for (const auto& line : texts(logs(id))) {
+      if (line.rfind("tick 0 ", 0) == 0 && ticks(texts(logs(id))).size() > 1) return true;
+    }
+    return false;
+  }, 20s));
+  call(*admin_, "POST", "/v1/jobs/" + id + "/cancel", 200);
+}
+
+// This process's effective capabilities include CAP_SYS_RESOURCE (24), as the agents' do.
+bool holds_sys_resource() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("CapEff:", 0) == 0) return (std::stoull(line.substr(7), nullptr, 16) >> 24) & 1;
+  }
+  return false;
+}
+
+TEST_F(MigrationTest, AJobRunAsAnotherUserMigratesOnlyWhereCriuMayDumpIt) {
+  run_as_ = "nobody";
+  add_agent("node-a", "h100");
+  add_agent("node-b", "h100");
+  std::string id = submit_counter(0);
+  ASSERT_TRUE(eventually([&] { return last_tick(id) >= 3; }, 20s));
+  const std::string target = node_of(id) == "node-a" ? "node-b" : "node-a";
+  call(*admin_, "POST", "/v1/jobs/" + id + "/migrate", 202, {{"to", target}});
+  ASSERT_TRUE(eventually([&] { return has_event(id, "Migrated") || has_event(id, "MigrationFailed"); }, 30s)) << events(id);
+  if (holds_sys_resource()) {
+    EXPECT_TRUE(has_event(id, "Migrated")) << events(id);
+  } else {
+    // This VM's root: the job runs on where it was, and the event says why.
+    EXPECT_THAT(events(id), HasSubstr("lacks CAP_SYS_RESOURCE"));
+    EXPECT_NE(node_of(id), target);
+    const int at = last_tick(id);
+    EXPECT_TRUE(eventually([&] { return last_tick(id) >= at + 3; }, 10s));
+  }
+  call(*admin_, "POST", "/v1/jobs/" + id + "/cancel", 200);
+}
+
+TEST_F(MigrationTest, AJobThatCannotMigrateIsRefusedWithTheReason) {
+  add_agent("node-a", "h100");
+  Json body = job_body("default", "h100-25", {"sleep", "30"});
+  body["spec"]["checkpointable"] = true;
+  body["spec"]["memory_mib"] = 64;
+  std::string gpu_job = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
+  ASSERT_TRUE(wait_for_phase(*admin_, gpu_job, "Running"));
+  Json refused = call(*admin_, "POST", "/v1/jobs/" + gpu_job + "/migrate", 422, {{"to", "node-a"}});
+  EXPECT_THAT(refused.dump(), HasSubstr("holds GPUs"));
+  std::string counter = submit_counter(0);
+  ASSERT_TRUE(wait_for_phase(*admin_, counter, "Running"));
+  Json nowhere = call(*admin_, "POST", "/v1/jobs/" + counter + "/migrate", 404, {{"to", "node-zzz"}});
+  EXPECT_THAT(nowhere.dump(), HasSubstr("node-zzz"));
+  call(*admin_, "POST", "/v1/jobs/" + gpu_job + "/cancel", 200);
+  call(*admin_, "POST", "/v1/jobs/" + counter + "/cancel", 200);
+}
+
+}  // namespace
+}  // namespace cnlab::server::test_support
