@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "sim/alloc_run.h"
 #include "sim/policies/best_fit_policy.h"
 #include "sim/policies/cnlab_policy.h"
 
@@ -267,6 +268,53 @@ TEST_P(RepackUndoTest, ARepackThePolicyCannotFollowIsUndoneAndNoPlacedPodIsLost)
 
 INSTANTIATE_TEST_SUITE_P(Policies, RepackUndoTest, ::testing::Values("refusing"),
                          [](const auto& info) { return info.param; });
+
+// Puts the i-th pod it is asked about on node script[i] (the tightest GPU there), so that a run
+// builds RepackTest's cluster; first fit once the script is done.
+class ScriptedPolicy : public AllocPolicy {
+ public:
+  explicit ScriptedPolicy(std::vector<NodeIndex> script) : script_(std::move(script)) {}
+  std::string_view name() const override { return "Scripted"; }
+  std::optional<Choice> place(const Pod& pod, const AllocCluster& cluster, std::span<const NodeIndex> feasible) override {
+    NodeIndex n = next_ < script_.size() ? script_[next_++] : feasible[0];
+    if (std::find(feasible.begin(), feasible.end(), n) == feasible.end()) return std::nullopt;
+    if (pod.kind() == PodKind::kWholeGpu) return Choice{n, lowest_free_gpus(cluster, n, pod.num_gpu)};
+    return Choice{n, uint32_t{1} << tightest_gpu(cluster, n, pod.gpu_milli)};
+  }
+
+ private:
+  std::vector<NodeIndex> script_;
+  size_t next_ = 0;
+};
+
+TEST(MigrationRun, PodsPlacedByMovingAndEveryMoveAreCounted) {
+  std::vector<OpenbNode> nodes = {
+      {"a", 64000, 262144, 1, "V100M32"}, {"b", 64000, 262144, 1, "V100M32"}, {"c", 64000, 262144, 1, "V100M32"}};
+  AllocCluster cluster = std::move(AllocCluster::build(nodes).value());
+  Workload workload;
+  workload.name = "repack";
+  workload.pods = {sharing(1000, 700), sharing(1000, 600), sharing(1000, 150), sharing(1000, 400), sharing(1000, 100),
+                   whole(4000, 1)};
+  RunPlan plan{{0, 1, 2, 3, 4, 5}, {0, 1, 2}};
+  const std::vector<NodeIndex> script = {0, 1, 1, 2, 2};
+
+  ScriptedPolicy without(script);
+  auto still = run_allocation(cluster, workload, plan, without, RunContext{});
+  ASSERT_TRUE(still.has_value());
+  EXPECT_EQ(still->failed, 1);
+  EXPECT_EQ(still->moves, 0);
+  EXPECT_EQ(still->allocated_gpu_milli, 1950);
+
+  ScriptedPolicy with(script);
+  auto moved = run_allocation(cluster, workload, plan, with, RunContext{}, MigrationLimits{});
+  ASSERT_TRUE(moved.has_value());
+  EXPECT_EQ(moved->placed, 6);
+  EXPECT_EQ(moved->failed, 0);
+  EXPECT_EQ(moved->placed_by_moving, 1);
+  EXPECT_EQ(moved->moves, 3);  // the 400, the 150 and the 100
+  EXPECT_EQ(moved->allocated_gpu_milli, 2950);
+  EXPECT_EQ(moved->leftovers.placed_by_milli.at(kGpuMilli), 1);
+}
 
 }  // namespace
 }  // namespace cnlab::sim
