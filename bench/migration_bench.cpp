@@ -67,15 +67,6 @@ bool wait_for_line(const JobHandle& job, const std::string& text, std::chrono::s
   return false;
 }
 
-uint64_t dir_bytes(const fs::path& dir) {
-  uint64_t bytes = 0;
-  std::error_code ec;
-  for (const auto& e : fs::recursive_directory_iterator(dir, ec)) {
-    if (e.is_regular_file(ec)) bytes += e.file_size(ec);
-  }
-  return bytes;
-}
-
 cnlab::agent::ProcessSpec holder(const fs::path& root, const std::string& name, int64_t mib) {
   cnlab::agent::ProcessSpec spec;
   spec.job_id = "bench/" + name;

@@ -680,8 +680,17 @@ net::Response Api::post_logs(const Call& call) {
   if (!call.caller.is_node()) {
     return error_response(Error::of(ErrorCode::kPermissionDenied, "token", call.caller.user, "only agents ship logs"));
   }
-  auto cached = visible_job(call, id);
-  if (!cached) return error_response(cached.error());
+  // From the nodes the job is bound to, and from those of its latest attempt: a job taken off its
+  // node (pre-empted, dumped for a resume) prints until it is stopped, and those lines belong
+  // before what it prints when it resumes.
+  auto cached = ctx_.cache.read([&](const ObjectCache& c) { return c.jobs.get(id); });
+  const bool ran_there =
+      cached.object && !is_terminal(cached.object->status.phase) &&
+      std::find(cached.object->status.attempt_nodes.begin(), cached.object->status.attempt_nodes.end(),
+                call.caller.node) != cached.object->status.attempt_nodes.end();
+  if (!cached.object || !(bound_to(*cached.object, call.caller.node) || ran_there)) {
+    return error_response(Error::not_found("job", id, "no such job"));
+  }
   auto body = parse_body(call.request);
   if (!body) return error_response(body.error());
   if (!body->contains("lines") || !(*body)["lines"].is_array()) {

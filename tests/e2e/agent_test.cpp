@@ -269,12 +269,14 @@ TEST_F(AgentTest, APreemptedCheckpointableJobSavesAndResumesFromItsCheckpoint) {
   EXPECT_EQ(wait_for_end(urgent)["status"]["phase"], "Succeeded");
   Json job = wait_for_end(counter);
   EXPECT_EQ(job["status"]["phase"], "Succeeded") << job.dump() << agents_[0]->log();
-  // What it prints after it was taken off the node ("saved N") is no longer the node's to ship.
+  // What it prints once taken off the node ("saved N") is still its node's to ship, before the
+  // resumed attempt's lines.
   auto lines = texts(logs(counter));
-  ASSERT_EQ(lines.size(), 3u) << ::testing::PrintToString(lines);
+  ASSERT_EQ(lines.size(), 4u) << ::testing::PrintToString(lines);
   EXPECT_EQ(lines[0], "resumed at 0 0");
-  EXPECT_THAT(lines[1], ::testing::EndsWith(" 1"));  // CNLAB_RESUMED=1: handed back its own checkpoint
-  EXPECT_NE(lines[1], "resumed at 0 1");
+  EXPECT_THAT(lines[1], ::testing::StartsWith("saved "));
+  EXPECT_THAT(lines[2], ::testing::EndsWith(" 1"));  // CNLAB_RESUMED=1: handed back its own checkpoint
+  EXPECT_EQ(lines[2], "resumed at " + lines[1].substr(6) + " 1");
   EXPECT_EQ(lines.back(), "finished at 40");
 }
 
