@@ -104,10 +104,18 @@ class MigrationTest : public AgentCluster {
     const Json placement = get_job(*admin_, id)["status"].value("placement", Json::array());
     return placement.empty() ? "" : placement[0].value("node", "");
   }
-  // What a dead node's jobs would be: gone. ("[i]" keeps the pattern from matching the shell's own
-  // command line.)
-  static void kill_counter_processes() {
-    ASSERT_EQ(std::system("pkill -KILL -f '[i]mport os, subprocess, sys, time'; pkill -KILL -f '[w]hile True: time.sleep'; true"), 0);
+  // What a dead node's job would be: gone. Its processes are the ones whose environment names
+  // it (a restored process keeps its environment), so tests running beside this one keep theirs.
+  static void kill_job_processes(const std::string& id) {
+    const std::string marker = "CNLAB_JOB_ID=" + id;
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator("/proc", ec)) {
+      const std::string pid = entry.path().filename();
+      if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::ifstream in(entry.path() / "environ", std::ios::binary);
+      std::string environ((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      if (environ.find(marker + '\0') != std::string::npos) ::kill(std::stoi(pid), SIGKILL);
+    }
   }
 };
 
@@ -183,7 +191,7 @@ TEST_F(MigrationTest, AJobOnANodeThatDiedResumesFromItsLatestCheckpointOnAnother
   ASSERT_TRUE(eventually([&] { return last_tick(id) >= checkpointed_by + 5; }, 20s)) << "it ran on after the checkpoint";
   // The node dies: its agent and everything of the job with it.
   agents_[0]->stop(SIGKILL);
-  kill_counter_processes();
+  kill_job_processes(id);
   const auto at_death = ticks(texts(logs(id)));  // all node-a ever shipped
   add_agent("node-b", "h100");
   ASSERT_TRUE(eventually([&] { return placed_on(id) == "node-b" && get_job(*admin_, id)["status"]["phase"] == "Running"; }, 30s))
@@ -217,7 +225,7 @@ TEST_F(MigrationTest, ACorruptedCheckpointIsRefusedAndTheJobStartsAfresh) {
     f.write("corrupted!", 10);
   }
   agents_[0]->stop(SIGKILL);
-  kill_counter_processes();
+  kill_job_processes(id);
   add_agent("node-b", "h100");
   ASSERT_TRUE(eventually([&] { return placed_on(id) == "node-b" && last_tick(id) >= 0 && has_event(id, "Started") &&
                                       events(id).find("started on node-b") != std::string::npos; }, 30s))

@@ -228,7 +228,7 @@ TEST(JobJson, CheckpointsAndTheNodesOfTheLatestAttemptRoundTripAndAreOmittedWhen
   job.status.older_checkpoints = {CheckpointRef{b, 1024, at("2026-11-30T10:04:00Z")}};
   Json j = to_json(job);
   EXPECT_EQ(j["status"]["checkpoint"],
-            Json({{"digest", a}, {"size_bytes", 2048}, {"taken_at", "2026-11-30T10:14:05Z"}}));
+            Json({{"digest", a}, {"size_bytes", 2048}, {"taken_at", "2026-11-30T10:14:05Z"}, {"kind", "files"}}));
   EXPECT_EQ(j["status"]["older_checkpoints"][0]["digest"], b);
   EXPECT_EQ(j["status"]["attempt_nodes"], Json({"gpu-12"}));
   auto back = job_from_json(j);
@@ -240,6 +240,28 @@ TEST(JobJson, CheckpointsAndTheNodesOfTheLatestAttemptRoundTripAndAreOmittedWhen
   j = to_json(job);
   j["status"]["checkpoint"].erase("taken_at");
   EXPECT_EQ(job_from_json(j).error().field, "status.checkpoint.taken_at");
+}
+
+TEST(JobJson, ProcessCheckpointsMigrationsAndCheckpointRequestsRoundTrip) {
+  Job job = running_job();
+  job.status.checkpoint = CheckpointRef{"sha256:" + std::string(64, 'c'), 4096, at("2026-11-30T10:14:05Z"), "process"};
+  job.status.checkpoint_requested_at = at("2026-11-30T10:14:00Z");
+  job.status.migration = Migration{"gpu-7", at("2026-11-30T10:15:00Z"), "gpu-12", at("2026-11-30T10:15:01Z"), 1764497701250};
+  Json j = to_json(job);
+  EXPECT_EQ(j["status"]["checkpoint"]["kind"], "process");
+  EXPECT_EQ(j["status"]["migration"]["from"], "gpu-12");
+  EXPECT_EQ(j["status"]["migration"]["frozen_at_ms"], 1764497701250);
+  auto back = job_from_json(j);
+  ASSERT_TRUE(back) << back.error().to_string();
+  EXPECT_EQ(*back, job);
+
+  j["status"]["checkpoint"]["kind"] = "memory";
+  auto bad = job_from_json(j);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().field, "status.checkpoint.kind");
+  j = to_json(job);
+  j["status"]["migration"].erase("requested_at");
+  EXPECT_EQ(job_from_json(j).error().field, "status.migration.requested_at");
 }
 
 TEST(JobJson, SucceededNodesMustBeAnArrayOfNodeNames) {
