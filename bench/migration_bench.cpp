@@ -41,12 +41,12 @@ double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-// Touches every page of `mib` MiB, says "ready", then ticks.
+// Fills `mib` MiB with random bytes (as incompressible as a model's weights), says "ready", ticks.
 std::string holder_script(int64_t mib) {
   return fmt::format(
-      "import sys, time\n"
+      "import os, sys, time\n"
       "b = bytearray({} << 20)\n"
-      "for i in range(0, len(b), 4096): b[i] = 1\n"
+      "for off in range(0, len(b), 1 << 24): b[off:off + (1 << 24)] = os.urandom(min(1 << 24, len(b) - off))\n"
       "print('ready', flush=True)\n"
       "while True: time.sleep(0.05)\n",
       mib);
@@ -161,7 +161,9 @@ void post_copy(const std::string& criu, const fs::path& root, int64_t mib) {
     std::printf("| post-copy (CRIU lazy pages) | %lld MiB | did not start |\n", static_cast<long long>(mib));
     return;
   }
-  const std::string port = std::to_string(27000 + (::getpid() % 1000));
+  // A port of its own per run: the previous run's page server may still hold its port.
+  static int runs = 0;
+  const std::string port = std::to_string(27000 + (::getpid() % 500) * 8 + runs++ % 8);
   const auto frozen = Clock::now();
   const pid_t dump = spawn({criu, "dump", "--tree", root_pid, "--images-dir", images.string(), "--log-file", "dump.log",
                             "--lazy-pages", "--address", "127.0.0.1", "--port", port});
@@ -171,7 +173,7 @@ void post_copy(const std::string& criu, const fs::path& root, int64_t mib) {
                             "--images-dir", images.string(), "--log-file", "lazy.log"});
   std::this_thread::sleep_for(20ms);  // the daemon's socket
   const pid_t restore = spawn({criu, "restore", "--images-dir", images.string(), "--log-file", "restore.log",
-                               "--lazy-pages", "--restore-detached", "--pidfile", (root / "pc.pid").string()});
+                               "--lazy-pages", "--restore-detached", "--pidfile", (root / fmt::format("pc-{}.pid", mib)).string()});
   int status = 0;
   ::waitpid(restore, &status, 0);
   const double pause_ms = ms_since(frozen);
@@ -180,14 +182,15 @@ void post_copy(const std::string& criu, const fs::path& root, int64_t mib) {
   ::kill(lazy, SIGKILL);
   ::waitpid(lazy, nullptr, 0);
   std::string restored_pid;
-  std::ifstream(root / "pc.pid") >> restored_pid;
+  std::ifstream(root / fmt::format("pc-{}.pid", mib)) >> restored_pid;
+  const bool restored = WIFEXITED(status) && WEXITSTATUS(status) == 0;
   std::printf("| post-copy (CRIU lazy pages) | %lld MiB | %.0f ms | all pages after %.0f ms |%s\n",
               static_cast<long long>(mib), pause_ms, total_ms,
-              WIFEXITED(status) && WEXITSTATUS(status) == 0 ? "" : " restore failed (see restore.log)");
+              restored ? "" : (" restore failed: " + (images / "restore.log").string() + " kept").c_str());
   if (!restored_pid.empty()) ::kill(std::stoi(restored_pid), SIGKILL);
   ::kill(holder_pid, SIGKILL);
   ::waitpid(holder_pid, nullptr, 0);
-  fs::remove_all(images, ec);
+  if (restored) fs::remove_all(images, ec);
 }
 
 }  // namespace
@@ -243,6 +246,8 @@ int main(int argc, char** argv) {
   }
   (void)(*runtime)->remove_cgroup_parent();
   std::error_code ec;
-  fs::remove_all(root, ec);
+  bool kept = false;
+  for (const auto& entry : fs::directory_iterator(root, ec)) kept |= entry.path().filename().string().rfind("pc-", 0) == 0;
+  if (!kept) fs::remove_all(root, ec);
   return 0;
 }

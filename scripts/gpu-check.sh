@@ -5,7 +5,8 @@
 # quotas as CUDA, PyTorch and NVML see them, allocations past a quota, two tenants on one GPU, CUDA
 # IPC refused across tenants, and the compute split of two busy tenants (30 and 70 percent; printed,
 # not counted in the result). The PyTorch checks run where python3 can import torch with CUDA; the
-# driver API and IPC checks need only ctypes. Later issues add sections (checkpoint and migration).
+# driver API and IPC checks need only ctypes. Last, a CUDA process checkpointed with cuda-checkpoint
+# and CRIU, restored from a copy of its images and checked to carry on (where both tools exist).
 #
 #   scripts/gpu-check.sh [BUILD_DIR]     (default: build; run `make build` first)
 set -uo pipefail
@@ -556,6 +557,79 @@ else:
     print('FAIL: the 30%% tenant got %.1f%% of the iterations (not within 5 points of 30%%); reported only, '
           'not counted: the split depends on the driver and the GPU' % low)
 PY
+  fi
+fi
+
+section "checkpoint and migration of a CUDA process (cuda-checkpoint + CRIU)"
+# A CUDA process (driver API through ctypes) keeps a counter in device memory and checks it every
+# step; it is suspended by NVIDIA's cuda-checkpoint (device memory and contexts into host memory),
+# dumped by CRIU, restored from a copy of the images (as on another node with the same GPU model)
+# and resumed, and must carry on from the same count with its device memory intact. Needs root, a
+# CRIU whose `criu check` passes and cuda-checkpoint (driver r550+); without them the section says
+# why and is not counted: CNLab then moves GPU jobs through their application checkpoints.
+CRIU=$(command -v criu || ls /usr/local/sbin/criu 2>/dev/null || true)
+CUDA_CKPT=$(command -v cuda-checkpoint || true)
+if [ "$(id -u)" -ne 0 ] || [ -z "$CRIU" ] || [ -z "$CUDA_CKPT" ]; then
+  echo "SKIP: needs root, criu and cuda-checkpoint (root=$(id -u) criu=${CRIU:-none} cuda-checkpoint=${CUDA_CKPT:-none}); not counted"
+else
+  cat > "$WORK/cuda_counter.py" <<'PY'
+import ctypes, sys, time
+cuda = ctypes.CDLL('libcuda.so.1')
+def ok(rc, what):
+    if rc != 0: print('FAIL:', what, rc, flush=True); sys.exit(3)
+ok(cuda.cuInit(0), 'cuInit')
+dev = ctypes.c_int(); ok(cuda.cuDeviceGet(ctypes.byref(dev), 0), 'cuDeviceGet')
+ctx = ctypes.c_void_p(); ok(cuda.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev), 'cuCtxCreate')
+n = 64 << 20
+ptr = ctypes.c_uint64(); ok(cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(n)), 'cuMemAlloc')
+host = (ctypes.c_uint32 * (n // 4))()
+back = (ctypes.c_uint32 * (n // 4))()
+step = 0
+while True:
+    host[0] = step; host[n // 4 - 1] = step
+    ok(cuda.cuMemcpyHtoD_v2(ptr, host, ctypes.c_size_t(n)), 'cuMemcpyHtoD')
+    ok(cuda.cuMemcpyDtoH_v2(back, ptr, ctypes.c_size_t(n)), 'cuMemcpyDtoH')
+    if back[0] != step or back[n // 4 - 1] != step: print('FAIL: device memory lost at step', step, flush=True); sys.exit(3)
+    print('step', step, flush=True)
+    step += 1
+    time.sleep(0.1)
+PY
+  unshare --pid --fork setsid python3 "$WORK/cuda_counter.py" > "$WORK/cuda-counter.out" 2>&1 < /dev/null &
+  UNSHARE=$!; PIDS+=("$UNSHARE")
+  sleep 3
+  CPID=$(cat "/proc/$UNSHARE/task/$UNSHARE/children" 2>/dev/null | awk '{print $1}')
+  BEFORE=$(grep -c '^step' "$WORK/cuda-counter.out")
+  if [ -z "$CPID" ] || [ "$BEFORE" -lt 1 ]; then
+    echo "FAIL: the CUDA process did not start: $(tail -n 3 "$WORK/cuda-counter.out")"; fail=1
+  else
+    mkdir -p "$WORK/ckpt"
+    T0=$(date +%s%N)
+    if "$CUDA_CKPT" --toggle --pid "$CPID" && CRIU_FAULT=130 timeout 300 "$CRIU" dump --tree "$CPID" \
+         --images-dir "$WORK/ckpt" --log-file dump.log --shell-job; then
+      T1=$(date +%s%N)
+      cp -a "$WORK/ckpt" "$WORK/ckpt-copy"   # "another node": a copy of the images
+      LAST=$(grep '^step' "$WORK/cuda-counter.out" | tail -n 1 | awk '{print $2}')
+      if CRIU_FAULT=130 timeout 300 "$CRIU" restore --images-dir "$WORK/ckpt-copy" --log-file restore.log \
+           --shell-job --restore-detached --pidfile "$WORK/restored.pid"; then
+        RPID=$(cat "$WORK/restored.pid"); PIDS+=("$RPID")
+        "$CUDA_CKPT" --toggle --pid "$RPID"
+        T2=$(date +%s%N)
+        sleep 2
+        AFTER=$(grep '^step' "$WORK/cuda-counter.out" | awk -v last="$LAST" '$2 > last' | wc -l)
+        NEXT=$(grep '^step' "$WORK/cuda-counter.out" | awk -v last="$LAST" '$2 > last {print $2; exit}')
+        echo "  dump ${BEFORE}+ steps in: $(( (T1 - T0) / 1000000 )) ms (toggle + dump); restore + toggle: $(( (T2 - T1) / 1000000 )) ms"
+        if [ "$AFTER" -ge 5 ] && [ "$NEXT" = "$((LAST + 1))" ] && ! grep -q '^FAIL' "$WORK/cuda-counter.out"; then
+          echo "PASS: the CUDA process carried on from step $NEXT after its checkpoint, device memory intact"
+        else
+          echo "FAIL: after the restore: next step '${NEXT}' (expected $((LAST + 1))), $AFTER steps; $(grep '^FAIL' "$WORK/cuda-counter.out" | head -n 1)"
+          fail=1
+        fi
+      else
+        echo "FAIL: criu restore: $(grep Error "$WORK/ckpt-copy/restore.log" | tail -n 3)"; fail=1
+      fi
+    else
+      echo "FAIL: cuda-checkpoint or criu dump: $(grep Error "$WORK/ckpt/dump.log" 2>/dev/null | tail -n 3)"; fail=1
+    fi
   fi
 fi
 

@@ -87,6 +87,9 @@ class Api {
   net::Response get_job(const Call& call);
   net::Response cancel_job(const Call& call);
   // migration_api.cpp
+  // The job of the call's {id}, when the caller may checkpoint or migrate it (as for cancel); a
+  // refusal is audited as `action`.
+  Result<Cached<model::Job>> job_to_act_on(const Call& call, const std::string& action, const std::string& verb);
   net::Response request_checkpoint(const Call& call);
   net::Response migrate_job(const Call& call);
   net::Response job_events(const Call& call);

@@ -18,17 +18,24 @@ bool may_act_on(const Caller& caller, const model::Job& job) {
 
 }  // namespace
 
-net::Response Api::request_checkpoint(const Call& call) {
+Result<Cached<model::Job>> Api::job_to_act_on(const Call& call, const std::string& action, const std::string& verb) {
   const std::string& id = call.param("id");
   auto cached = visible_job(call, id);
-  if (!cached || call.caller.is_node()) return error_response(Error::not_found("job", id, "no such job"));
+  if (!cached || call.caller.is_node()) return Error::not_found("job", id, "no such job");
   const model::Job& seen = *cached->object;
-  const std::string target = seen.spec.project + "/" + id;
   if (!may_act_on(call.caller, seen)) {
-    Error denied = Error::of(ErrorCode::kPermissionDenied, "job", id, "your role may checkpoint only your own jobs");
-    audit_refusal(call, "jobs.checkpoint_request", target, denied);
-    return error_response(denied);
+    Error denied = Error::of(ErrorCode::kPermissionDenied, "job", id, "your role may " + verb + " only your own jobs");
+    audit_refusal(call, action, seen.spec.project + "/" + id, denied);
+    return denied;
   }
+  return cached;
+}
+
+net::Response Api::request_checkpoint(const Call& call) {
+  const std::string& id = call.param("id");
+  auto cached = job_to_act_on(call, "jobs.checkpoint_request", "checkpoint");
+  if (!cached) return error_response(cached.error());
+  const std::string target = cached->object->spec.project + "/" + id;
   Json audit = audit_record(call, "jobs.checkpoint_request", target, "ok", Json::object());
   auto updated = update_job(
       ctx_.store, &ctx_.cache, id,
@@ -51,15 +58,10 @@ net::Response Api::request_checkpoint(const Call& call) {
 
 net::Response Api::migrate_job(const Call& call) {
   const std::string& id = call.param("id");
-  auto cached = visible_job(call, id);
-  if (!cached || call.caller.is_node()) return error_response(Error::not_found("job", id, "no such job"));
+  auto cached = job_to_act_on(call, "jobs.migrate", "migrate");
+  if (!cached) return error_response(cached.error());
   const model::Job& seen = *cached->object;
   const std::string target = seen.spec.project + "/" + id;
-  if (!may_act_on(call.caller, seen)) {
-    Error denied = Error::of(ErrorCode::kPermissionDenied, "job", id, "your role may migrate only your own jobs");
-    audit_refusal(call, "jobs.migrate", target, denied);
-    return error_response(denied);
-  }
   auto body = call.request.body.empty() ? Result<Json>(Json::object()) : parse_body(call.request);
   if (!body) return error_response(body.error());
   JsonReader r(*body, "");

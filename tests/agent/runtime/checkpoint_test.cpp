@@ -59,21 +59,13 @@ std::vector<Tick> ticks(const std::vector<OutputLine>& lines) {
 
 // Reads until the job has printed tick `n` (or the timeout passes).
 std::vector<OutputLine> read_until_tick(OutputReader& reader, int n, std::chrono::milliseconds timeout = 15s) {
-  std::vector<OutputLine> lines;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    auto batch = reader.read();
-    if (!batch) break;
-    bool found = false;
-    for (auto& line : *batch) {
-      auto t = parse_tick(line.text);
-      found = found || (t && t->n >= n);
-      lines.push_back(std::move(line));
-    }
-    if (found) break;
-    reader.wait(50ms);
-  }
-  return lines;
+  return read_until(
+      reader,
+      [&](const std::string& text) {
+        auto t = parse_tick(text);
+        return t && t->n >= n;
+      },
+      timeout);
 }
 
 class CheckpointTest : public ::testing::Test {

@@ -101,23 +101,29 @@ inline std::vector<std::string> texts(const std::vector<OutputLine>& lines, std:
   return out;
 }
 
-// Reads until a line with `text` arrives; returns everything read so far.
-inline std::vector<OutputLine> read_until_text(OutputReader& reader, const std::string& text,
-                                               std::chrono::milliseconds timeout = 10s) {
+// Reads until a line for which `found` holds arrives; returns everything read so far.
+template <typename Found>
+std::vector<OutputLine> read_until(OutputReader& reader, Found found, std::chrono::milliseconds timeout = 10s) {
   std::vector<OutputLine> lines;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
     auto batch = reader.read();
     if (!batch) break;
-    bool found = false;
+    bool done = false;
     for (auto& line : *batch) {
-      found = found || line.text == text;
+      done = done || found(line.text);
       lines.push_back(std::move(line));
     }
-    if (found) break;
+    if (done) break;
     reader.wait(50ms);
   }
   return lines;
+}
+
+// Reads until a line with `text` arrives; returns everything read so far.
+inline std::vector<OutputLine> read_until_text(OutputReader& reader, const std::string& text,
+                                               std::chrono::milliseconds timeout = 10s) {
+  return read_until(reader, [&](const std::string& line) { return line == text; }, timeout);
 }
 
 inline std::string read_text(const fs::path& path) {
