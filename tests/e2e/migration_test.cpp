@@ -7,6 +7,9 @@
 // Needs root and a working CRIU (scripts/install-criu.sh; CI has both); skips with why otherwise.
 #include <gmock/gmock.h>
 
+#include <sys/wait.h>
+
+#include <cstdio>
 #include <fstream>
 #include <regex>
 
@@ -99,6 +102,17 @@ class MigrationTest : public AgentCluster {
     return false;
   }
   std::string events(const std::string& id) { return get_job(*admin_, id)["status"]["events"].dump(); }
+  // `cnlab ARGS` as the admin: its exit code and stdout.
+  std::pair<int, std::string> cnlab(const std::string& args) {
+    const std::string command = "CNLAB_SERVER='" + server_->url() + "' CNLAB_CA='" + server_->ca() + "' CNLAB_TOKEN='" +
+                                server_->admin_token() + "' " + CNLAB_BINARY + " " + args + " 2>&1";
+    FILE* pipe = ::popen(command.c_str(), "r");
+    std::string out;
+    char buffer[4096];
+    while (pipe && std::fgets(buffer, sizeof buffer, pipe)) out += buffer;
+    const int status = pipe ? ::pclose(pipe) : -1;
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  }
   // The node the job is bound to now; "" while it waits.
   std::string placed_on(const std::string& id) {
     const Json placement = get_job(*admin_, id)["status"].value("placement", Json::array());
@@ -125,10 +139,12 @@ TEST_F(MigrationTest, ALiveMigratedJobCarriesOnOnTheOtherNodeWithoutAGapOrARepea
   ASSERT_TRUE(eventually([&] { return last_tick(id) >= 10; }, 20s)) << agents_[0]->log();
   add_agent("node-b", "h100");
 
-  Json asked = call(*admin_, "POST", "/v1/jobs/" + id + "/migrate", 202, {{"to", "node-b"}});
-  EXPECT_EQ(asked["status"]["migration"]["to"], "node-b");
-  ASSERT_TRUE(eventually([&] { return has_event(id, "Migrated"); }, 30s))
-      << events(id) << agents_[0]->log() << agents_[1]->log();
+  // As a user does it: `cnlab migrate` waits for the outcome and says it.
+  auto [code, said] = cnlab("migrate " + id + " --to node-b --timeout 60");
+  EXPECT_EQ(code, 0) << said;
+  EXPECT_THAT(said, HasSubstr("migration of job " + id + " to node-b requested"));
+  EXPECT_THAT(said, HasSubstr("migrated from node-a to node-b; paused"));
+  ASSERT_TRUE(has_event(id, "Migrated")) << events(id) << agents_[0]->log() << agents_[1]->log();
   EXPECT_EQ(placed_on(id), "node-b");
   EXPECT_THAT(events(id), HasSubstr("migrated from node-a to node-b; paused"));
 
@@ -183,7 +199,9 @@ TEST_F(MigrationTest, AJobOnANodeThatDiedResumesFromItsLatestCheckpointOnAnother
   add_agent("node-a", "h100");
   std::string id = submit_counter(0);
   ASSERT_TRUE(eventually([&] { return last_tick(id) >= 5; }, 20s));
-  call(*admin_, "POST", "/v1/jobs/" + id + "/checkpoint", 202);
+  auto [code, said] = cnlab("checkpoint " + id);
+  EXPECT_EQ(code, 0) << said;
+  EXPECT_THAT(said, HasSubstr("checkpoint of job " + id + " requested"));
   ASSERT_TRUE(eventually([&] { return get_job(*admin_, id)["status"].contains("checkpoint"); }, 20s))
       << agents_[0]->log();
   EXPECT_EQ(get_job(*admin_, id)["status"]["checkpoint"]["kind"], "process");
