@@ -73,6 +73,7 @@ Result<JobHandle::Checkpoint> JobRunner::take_process_checkpoint(JobHandle::Afte
     if (!fs::exists(dir_ / name, ec)) continue;
     if (auto copied = copy_tree(dir_ / name, process / "tree" / name); !copied) {
       (void)safe_remove_tree(process.string());
+      if (after == JobHandle::AfterDump::kLeaveStopped) (void)handle_->thaw();  // not left frozen
       return copied.error();
     }
   }
