@@ -113,6 +113,12 @@ class MigrationTest : public AgentCluster {
     const int status = pipe ? ::pclose(pipe) : -1;
     return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
   }
+  // Its processes stop before the test's agents do (an agent stopped with SIGTERM leaves its jobs
+  // running, to be adopted by the next one).
+  void cancel_and_wait(const std::string& id) {
+    call(*admin_, "POST", "/v1/jobs/" + id + "/cancel", 200);
+    EXPECT_EQ(wait_for_end(id)["status"]["phase"], "Cancelled") << events(id);
+  }
   // The node the job is bound to now; "" while it waits.
   std::string placed_on(const std::string& id) {
     const Json placement = get_job(*admin_, id)["status"].value("placement", Json::array());
@@ -191,8 +197,7 @@ TEST_F(MigrationTest, ATargetThatDiesMidMigrationLeavesTheJobRunningOnTheSource)
   EXPECT_EQ(placed_on(id), source);
   EXPECT_EQ(get_job(*admin_, id)["status"]["phase"], "Running");
   expect_unbroken(ticks(texts(logs(id))), at + 10);
-  call(*admin_, "POST", "/v1/jobs/" + id + "/cancel", 200);
-  EXPECT_EQ(wait_for_end(id)["status"]["phase"], "Cancelled");
+  cancel_and_wait(id);
 }
 
 TEST_F(MigrationTest, AJobOnANodeThatDiedResumesFromItsLatestCheckpointOnAnother) {
@@ -224,7 +229,7 @@ TEST_F(MigrationTest, AJobOnANodeThatDiedResumesFromItsLatestCheckpointOnAnother
   EXPECT_EQ(resumed.pid, all.front().pid);
   for (size_t i = at_death.size() + 1; i < all.size(); ++i) EXPECT_EQ(all[i].n, all[i - 1].n + 1);
   EXPECT_THAT(events(id), HasSubstr("processes restored (dumped on node-a)"));
-  call(*admin_, "POST", "/v1/jobs/" + id + "/cancel", 200);
+  cancel_and_wait(id);
 }
 
 TEST_F(MigrationTest, ACorruptedCheckpointIsRefusedAndTheJobStartsAfresh) {
@@ -256,7 +261,7 @@ TEST_F(MigrationTest, ACorruptedCheckpointIsRefusedAndTheJobStartsAfresh) {
     }
     return false;
   }, 20s));
-  call(*admin_, "POST", "/v1/jobs/" + id + "/cancel", 200);
+  cancel_and_wait(id);
 }
 
 // This process's effective capabilities include CAP_SYS_RESOURCE (24), as the agents' do.
@@ -286,7 +291,7 @@ TEST_F(MigrationTest, AJobRunAsAnotherUserMigratesOnlyWhereCriuMayDumpIt) {
     const int at = last_tick(id);
     EXPECT_TRUE(eventually([&] { return last_tick(id) >= at + 3; }, 10s));
   }
-  call(*admin_, "POST", "/v1/jobs/" + id + "/cancel", 200);
+  cancel_and_wait(id);
 }
 
 TEST_F(MigrationTest, AJobThatCannotMigrateIsRefusedWithTheReason) {
@@ -302,8 +307,8 @@ TEST_F(MigrationTest, AJobThatCannotMigrateIsRefusedWithTheReason) {
   ASSERT_TRUE(wait_for_phase(*admin_, counter, "Running"));
   Json nowhere = call(*admin_, "POST", "/v1/jobs/" + counter + "/migrate", 404, {{"to", "node-zzz"}});
   EXPECT_THAT(nowhere.dump(), HasSubstr("node-zzz"));
-  call(*admin_, "POST", "/v1/jobs/" + gpu_job + "/cancel", 200);
-  call(*admin_, "POST", "/v1/jobs/" + counter + "/cancel", 200);
+  cancel_and_wait(gpu_job);
+  cancel_and_wait(counter);
 }
 
 }  // namespace
