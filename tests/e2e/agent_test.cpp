@@ -320,6 +320,7 @@ TEST_F(AgentTest, APreemptedJobsCheckpointIsUploadedAndHandedBackWhenItResumesOn
   EXPECT_THAT(started, HasSubstr("started on gpu-2; resumed from checkpoint " + digest));
   EXPECT_THAT(agents_[1]->log(), HasSubstr("job checkpoint restored job=\"" + job + "\" digest=\"" + digest + "\""));
   call(*admin_, "POST", "/v1/jobs/" + urgent + "/cancel", 200);
+  EXPECT_EQ(wait_for_end(urgent)["status"]["phase"], "Cancelled");  // its sleep ends before the agents stop
 }
 
 TEST_F(AgentTest, TheAgentAppliesTheMigLayoutTheSchedulerDecided) {
