@@ -44,18 +44,6 @@ class AgentCluster : public ClusterTest {
     return call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
   }
 
-  Json wait_for_end(const std::string& id, std::chrono::milliseconds timeout = 30s) {
-    Json job;
-    eventually(
-        [&] {
-          job = get_job(*admin_, id);
-          std::string phase = job["status"]["phase"];
-          return phase == "Succeeded" || phase == "Failed" || phase == "Cancelled";
-        },
-        timeout);
-    return job;
-  }
-
   std::vector<Json> logs(const std::string& id) {
     auto r = admin_->request("GET", "/v1/jobs/" + id + "/logs");
     std::vector<Json> lines;

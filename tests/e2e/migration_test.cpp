@@ -72,8 +72,9 @@ void expect_unbroken(const std::vector<Tick>& seen, int at_least) {
 class MigrationTest : public AgentCluster {
  protected:
   void SetUp() override {
-    if (::geteuid() != 0) GTEST_SKIP() << "CRIU needs root; CI runs as root";
-    if (agent::find_criu().empty()) GTEST_SKIP() << "no criu: scripts/install-criu.sh installs it (make deps)";
+    if (::geteuid() != 0) GTEST_SKIP() << "CRIU dumps and restores other processes only as root (ptrace, namespaces, cgroups); CI runs as root, so these run there";
+    // make deps installs it (scripts/install-criu.sh): its absence is a missing install step.
+    ASSERT_FALSE(agent::find_criu().empty()) << "no criu: run make deps (scripts/install-criu.sh builds it)";
     // Jobs run as root: CRIU dumps another user's process only with CAP_SYS_RESOURCE, which this
     // VM's root lacks (RunAsAnotherUserWithoutTheCapabilityFallsBack covers that case).
     run_as_ = "";

@@ -78,17 +78,6 @@ class VgpuTest : public ClusterTest {
     }
     return text;
   }
-  Json wait_for_end(const std::string& id, std::chrono::milliseconds timeout = 40s) {
-    Json job;
-    eventually(
-        [&] {
-          job = get_job(*admin_, id);
-          std::string phase = job["status"]["phase"];
-          return phase == "Succeeded" || phase == "Failed" || phase == "Cancelled";
-        },
-        timeout);
-    return job;
-  }
   // The most a grow-for probe said it held, MiB.
   static long most_held(const std::string& out) {
     long most = 0;

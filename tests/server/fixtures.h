@@ -54,6 +54,19 @@ class ClusterTest : public ::testing::Test {
     return eventually([&] { return get_job(client, id)["status"]["phase"] == phase; });
   }
 
+  // The job once it has ended (Succeeded, Failed, Cancelled), or as it is after `timeout`.
+  Json wait_for_end(const std::string& id, std::chrono::milliseconds timeout = std::chrono::seconds(40)) {
+    Json job;
+    eventually(
+        [&] {
+          job = get_job(*admin_, id);
+          std::string phase = job["status"]["phase"];
+          return phase == "Succeeded" || phase == "Failed" || phase == "Cancelled";
+        },
+        timeout);
+    return job;
+  }
+
   TempDir dir_;
   std::unique_ptr<ServerProcess> server_;
   std::unique_ptr<net::Client> admin_;

@@ -71,9 +71,10 @@ std::vector<OutputLine> read_until_tick(OutputReader& reader, int n, std::chrono
 class CheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (::geteuid() != 0) GTEST_SKIP() << "CRIU needs root; CI runs as root";
+    if (::geteuid() != 0) GTEST_SKIP() << "CRIU dumps and restores other processes only as root (ptrace, namespaces, cgroups); CI runs as root, so these run there";
     const std::string criu = find_criu();
-    if (criu.empty()) GTEST_SKIP() << "no criu on this machine: scripts/install-criu.sh installs it (make deps)";
+    // make deps installs it (scripts/install-criu.sh): its absence is a missing install step.
+    ASSERT_FALSE(criu.empty()) << "no criu on this machine: run make deps (scripts/install-criu.sh builds it)";
     RuntimeOptions options = test_options();
     options.criu = criu;
     options.checkpoint_timeout = 60s;
