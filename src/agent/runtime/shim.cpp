@@ -297,12 +297,10 @@ bool forwarded(int sig) {
 // The init as a fresh image inside the namespaces: `<shim_command> --init --job-dir DIR`. A forked
 // copy of the shim would keep the shim's binary and libraries mapped through the host's mounts,
 // which CRIU cannot name from the job's mount namespace. Keeps the descriptors the init needs.
-[[noreturn]] void exec_init(const jobfiles::LaunchSpec& spec, const std::vector<char*>& init_argv) {
+[[noreturn]] void exec_init(const std::vector<char*>& init_argv) {
   for (int fd : {kExecErrFd, kInitStatusFd}) ::fcntl(fd, F_SETFD, 0);
   ::execv(init_argv[0], init_argv.data());
-  for (int fd : {kExecErrFd, kInitStatusFd}) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
   child_fail(Stage::kExecInit, errno);
-  (void)spec;
 }
 
 // Between the shim and the init: unshares the namespaces (the next child becomes PID 1), forks
@@ -312,7 +310,7 @@ bool forwarded(int sig) {
   const pid_t init = ::fork();
   if (init < 0) child_fail(Stage::kForkInit, errno);
   if (init == 0) {
-    if (!plan.init_argv.empty()) exec_init(spec, plan.init_argv);
+    if (!plan.init_argv.empty()) exec_init(plan.init_argv);
     run_init(spec, plan);  // a spec from before the init re-executed itself
   }
   (void)!::write(kPidFd, &init, sizeof init);
