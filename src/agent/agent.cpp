@@ -154,8 +154,9 @@ class AgentImpl final : public Agent {
   void adopt_jobs();
   void heartbeat_loop();
   // Brings MIG-enabled GPUs to the layouts the scheduler decided (the node record), before the
-  // heartbeat reports what is there.
-  void apply_decided_layouts(ServerApi& api);
+  // heartbeat reports what is there. Returns the revision of the record it read (0: unread): the
+  // heartbeat names it, so that the server keeps a layout decided after it.
+  int64_t apply_decided_layouts(ServerApi& api);
   void watch_loop();
   // Lists the jobs bound here and reconciles all of them; returns the list's revision.
   Result<int64_t> relist(ServerApi& api);
@@ -443,11 +444,11 @@ int AgentImpl::class_rank(const std::string& job) {
   return 3;
 }
 
-void AgentImpl::apply_decided_layouts(ServerApi& api) {
+int64_t AgentImpl::apply_decided_layouts(ServerApi& api) {
   auto record = api.call("GET", "/v1/nodes/" + name_);
-  if (!record) return;
+  if (!record) return 0;
   auto decided = model::node_from_json(*record);
-  if (!decided) return;
+  if (!decided) return 0;
   std::vector<GpuInfo> actual = gpus_->gpus();
   for (const auto& gpu : decided->gpus) {
     if (gpu.index < 0 || gpu.index >= static_cast<int>(actual.size())) continue;
@@ -463,6 +464,7 @@ void AgentImpl::apply_decided_layouts(ServerApi& api) {
                    applied.error().to_string());
     }
   }
+  return decided->meta.revision;
 }
 
 void AgentImpl::heartbeat_loop() {
@@ -480,8 +482,9 @@ void AgentImpl::heartbeat_loop() {
       spdlog::error("gpu unhealthy node=\"{}\" gpu={} uuid=\"{}\" reason=\"{}\"", name_, event.index, event.uuid,
                     event.reason);
     }
-    apply_decided_layouts(*api);
+    int64_t layouts_read = apply_decided_layouts(*api);
     model::Node node = report(now());
+    node.meta.revision = layouts_read;
     auto answer = api->call("PUT", "/v1/nodes/" + name_ + "/heartbeat", model::to_json(node).dump());
     if (answer) {
       ++heartbeats_ok_;

@@ -19,6 +19,17 @@ Result<Json> parse_object(const std::string& text) {
 
 Json node_json(const model::Node& node) { return to_json(node); }
 
+// Puts the MIG mode and layout of `decided`'s GPUs on the same GPUs of `reported`.
+void keep_decided_layouts(const model::Node& decided, model::Node& reported) {
+  for (auto& gpu : reported.gpus) {
+    if (gpu.index < 0 || static_cast<size_t>(gpu.index) >= decided.gpus.size()) continue;
+    const model::Gpu& d = decided.gpus[static_cast<size_t>(gpu.index)];
+    if (d.model != gpu.model) continue;  // not the GPU the decision was made for
+    gpu.mig_enabled = d.mig_enabled;
+    gpu.mig_instances = d.mig_instances;
+  }
+}
+
 // A node as the API answers it: the stored object, with what the jobs bound there hold on each GPU
 // (`allocated_blocks`, `allocated_vram_mib`, `allocated_jobs`) from the node's allocation record, so
 // that anyone who may list nodes sees how full each GPU is without seeing whose jobs fill it.
@@ -159,6 +170,12 @@ net::Response Api::heartbeat(const Call& call) {
       next.phase = next.unschedulable ? model::NodePhase::kCordoned : model::NodePhase::kReady;
     }
     next.last_heartbeat = call.now;
+    // The report names the revision of the record its agent reconciled MIG layouts against; a
+    // layout the scheduler decided after that read is not yet seen there, so it stays decided (the
+    // agent applies it before its next heartbeat) rather than being reverted to what the GPU had.
+    if (reported->meta.revision != 0 && record->mod_revision > reported->meta.revision) {
+      keep_decided_layouts(*current, next);
+    }
     next.meta.revision = 0;
     Json value = to_json(next);
     bool changed_shape = current->gpus != next.gpus || current->phase != next.phase;

@@ -238,6 +238,29 @@ TEST_F(JobsTest, AMigRequestOnAnIdleGpuRepartitionsItInTheNodeRecordWithTheBindi
   EXPECT_EQ(job["status"]["placement"][0]["gpus"][0]["mig_start"], gpu["mig_instances"][0]["start"]);
 }
 
+TEST_F(JobsTest, AHeartbeatReadBeforeAMigDecisionDoesNotRevertIt) {
+  std::string credential = register_node("gpu-1", "h100", 1);
+  auto agent = server_->client(credential);
+  // The agent reads its record (no layout decided), then the scheduler decides one.
+  int64_t read = call(*agent, "GET", "/v1/nodes/gpu-1", 200)["metadata"]["revision"];
+  std::string id = call(*admin_, "POST", "/v1/jobs", 201, job_body("default", "h100:3g.40gb"))["metadata"]["name"];
+  ASSERT_TRUE(wait_for_phase(*admin_, id, "Scheduled"));
+  auto layout = [&] { return call(*admin_, "GET", "/v1/nodes/gpu-1", 200)["status"]["gpus"][0]["mig_instances"]; };
+  ASSERT_EQ(layout().size(), 1u);
+
+  // Its heartbeat, built from that earlier read, reports the GPU as it was: the decision stays.
+  Json report = node_object("gpu-1", "h100", 1);
+  report["metadata"]["revision"] = read;
+  call(*agent, "PUT", "/v1/nodes/gpu-1/heartbeat", 200, report);
+  ASSERT_EQ(layout().size(), 1u) << "a stale report reverted the decided layout";
+  EXPECT_EQ(layout()[0]["profile"], "3g.40gb");
+
+  // A report based on the current record is what the GPU has, and is taken as it is.
+  report["metadata"]["revision"] = call(*agent, "GET", "/v1/nodes/gpu-1", 200)["metadata"]["revision"];
+  call(*agent, "PUT", "/v1/nodes/gpu-1/heartbeat", 200, report);
+  EXPECT_EQ(layout().size(), 0u);
+}
+
 TEST_F(JobsTest, ASilentNodeBecomesLostAndItsJobsAreRequeued) {
   server_->stop(SIGTERM);
   start_server({"--not-ready-after", "1s", "--lost-after", "2s"});
