@@ -1,6 +1,21 @@
 #include "sched/apply.h"
 
 namespace cnlab::sched {
+namespace {
+
+// The bindings `grants` name; the nodes they touch are no longer idle.
+std::vector<model::NodeBinding> bind(const std::vector<NodeGrant>& grants, Snapshot& snapshot) {
+  std::vector<model::NodeBinding> placement;
+  for (const NodeGrant& grant : grants) {
+    model::NodeBinding binding{snapshot.nodes[grant.node].meta.name, {}};
+    for (const GpuGrant& g : grant.gpus) binding.gpus.push_back({g.gpu, g.blocks, g.vram_mib, g.mig_start});
+    placement.push_back(std::move(binding));
+    snapshot.nodes[grant.node].idle_since.reset();
+  }
+  return placement;
+}
+
+}  // namespace
 
 void apply_decisions(const CycleResult& result, Snapshot& snapshot) {
   for (const Preemption& p : result.preemptions) {
@@ -9,6 +24,12 @@ void apply_decisions(const CycleResult& result, Snapshot& snapshot) {
     victim.status.placement.clear();
     victim.status.started_at.reset();
     victim.status.message = "pre-empted by job " + snapshot.jobs[p.for_job].meta.name;
+  }
+  for (const Migration& m : result.migrations) {
+    model::Job& job = snapshot.jobs[m.job];
+    job.status.placement = bind(m.to, snapshot);
+    job.status.events.push_back({model::JobEventType::kMigrated, snapshot.now,
+                                 "moved for job " + snapshot.jobs[m.for_job].meta.name});
   }
   for (const Repartition& r : result.repartitions) {
     model::Gpu& gpu = snapshot.nodes[r.node].gpus[r.gpu];
@@ -19,13 +40,7 @@ void apply_decisions(const CycleResult& result, Snapshot& snapshot) {
     model::Job& job = snapshot.jobs[p.job];
     job.status.phase = model::JobPhase::kRunning;
     job.status.started_at = snapshot.now;
-    job.status.placement.clear();
-    for (const NodeGrant& grant : p.nodes) {
-      model::NodeBinding binding{snapshot.nodes[grant.node].meta.name, {}};
-      for (const GpuGrant& g : grant.gpus) binding.gpus.push_back({g.gpu, g.blocks, g.vram_mib, g.mig_start});
-      job.status.placement.push_back(std::move(binding));
-      snapshot.nodes[grant.node].idle_since.reset();
-    }
+    job.status.placement = bind(p.nodes, snapshot);
   }
 }
 

@@ -240,6 +240,31 @@ void ClusterState::restore(uint32_t allocation) {
   node_allocation_ends_[a.node].push_back(a.end);
 }
 
+void ClusterState::set_offered(uint32_t node, bool offer) {
+  NodeState& n = nodes_[node];
+  if (n.schedulable == offer) return;
+  ++n.version;
+  std::vector<uint32_t> parts;
+  for (uint32_t g = n.gpu_begin; g < n.gpu_end; ++g) {
+    if (gpus_[g].whole != kNone) parts.push_back(gpus_[g].whole);
+    if (gpus_[g].mig != kNone) parts.insert(parts.end(), mig_gpus_[gpus_[g].mig].partitions.begin(),
+                                            mig_gpus_[gpus_[g].mig].partitions.end());
+  }
+  if (!offer) {
+    for (uint32_t p : parts) unindex_partition(p);
+    for (uint32_t e = node_model_begin_[node]; e < node_model_begin_[node + 1]; ++e) {
+      adjust_whole(node, node_models_[e].model, -node_models_[e].free);
+    }
+    n.schedulable = false;
+    return;
+  }
+  n.schedulable = true;
+  for (uint32_t p : parts) {
+    if (offered(p)) index_partition(p);
+    if (whole_free_gpu(p)) adjust_whole(node, partitions_[p].model, +1);
+  }
+}
+
 void ClusterState::enable_mig(uint32_t gpu) {
   GpuState& g = gpus_[gpu];
   CNLAB_CHECK(g.whole != kNone && partitions_[g.whole].jobs == 0);

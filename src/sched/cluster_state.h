@@ -122,6 +122,10 @@ class ClusterState {
   // Re-applies a released allocation under its old id (to undo a tentative release).
   void restore(uint32_t allocation);
 
+  // Withholds a schedulable node from every search (false) and offers it again (true), keeping
+  // what runs there: where running jobs move from must not be where they move to.
+  void set_offered(uint32_t node, bool offered);
+
   // MIG changes decided during the cycle. enable_mig requires an empty whole GPU.
   void enable_mig(uint32_t gpu);
   uint32_t create_instance(uint32_t gpu, int profile, int start);

@@ -2,6 +2,7 @@
 // nodes by their index in Snapshot::nodes, so a result is cheap to build and to apply.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -30,12 +31,25 @@ struct NodeGrant {
 };
 
 // Start `job` on these GPUs. When `after_preempting` is not empty the grant is valid once those
-// jobs have exited (they are in CycleResult::preemptions).
+// jobs have exited (they are in CycleResult::preemptions); when `after_migrating` is not empty,
+// once those jobs have moved off its node (they are in CycleResult::migrations).
 struct Placement {
   JobIndex job = 0;
   std::vector<NodeGrant> nodes;
   std::vector<JobIndex> after_preempting;
+  std::vector<JobIndex> after_migrating;
   bool operator==(const Placement&) const = default;
+};
+
+// Move running `job` live to `to` (frozen, checkpointed, restored there: it keeps its progress) to
+// make room for the waiting job `for_job`. `pause` is how long the scheduler expects the job to be
+// frozen (PolicyConfig::migration_pause_*); its expected end moves by as much.
+struct Migration {
+  JobIndex job = 0;
+  std::vector<NodeGrant> to;
+  JobIndex for_job = 0;
+  std::chrono::milliseconds pause{0};
+  bool operator==(const Migration&) const = default;
 };
 
 // Evict `victim` to make room for `for_job`; it is requeued. A checkpointable victim resumes from
@@ -90,11 +104,13 @@ struct CycleStats {
   uint32_t running = 0;
   uint32_t placement_attempts = 0;  // searches run (failures answered from memory do not count)
   uint32_t candidates_scored = 0;
+  uint32_t migration_searches = 0;  // waiting jobs for which moves of running jobs were looked for
 };
 
 struct CycleResult {
   std::vector<Placement> placements;  // in the order they were decided
   std::vector<Preemption> preemptions;
+  std::vector<Migration> migrations;  // in the order they were decided
   std::vector<Reservation> reservations;
   std::vector<Repartition> repartitions;
   std::vector<PowerDownCandidate> power_down;

@@ -23,6 +23,10 @@ struct JobInfo {
   Duration min_runtime{0};
   Time started{};          // running jobs
   Time last_checkpoint{};  // running jobs; == started when none was taken
+  // Running jobs the scheduler may move live (PolicyConfig::max_migrations_per_cycle): checkpointable,
+  // on one node, holding no MIG instance (nor GPUs, unless PolicyConfig::migrate_gpu_jobs), not
+  // migrating or being cancelled now, not moved within the cooldown.
+  bool movable = false;
 
   // The latest start that still meets the deadline; nullopt without a deadline or an estimate.
   std::optional<Time> latest_start() const {

@@ -236,7 +236,7 @@ void PlacementSearch::mig(const JobShape& shape, Time now, Time end, uint32_t on
       if (best.full()) break;
       const GpuState& gpu = state_.gpu(g);
       if (only_node != kNone && gpu.node != only_node) continue;
-      if (gpu.mig == kNone) continue;
+      if (gpu.mig == kNone || !state_.node(gpu.node).schedulable) continue;  // withheld (set_offered)
       const MigGpu& mig = state_.mig_gpu(gpu.mig);
       if (pass == 0) {
         for (uint32_t p : mig.partitions) {

@@ -18,7 +18,8 @@ Result<PolicyConfig> policy_config_from_json(const Json& json) {
   JsonReader r(json, "");
   r.only({"tiers", "fair_share_half_life", "deadline_urgency", "backfill", "reserve_top_jobs",
           "max_reservations", "max_preemptors_per_cycle", "repartition_idle_gpus", "power_down_after", "placement_candidates",
-          "gangs_span_nodes"});
+          "gangs_span_nodes", "max_migrations_per_cycle", "max_moves_per_job", "migrate_gpu_jobs", "migration_cooldown",
+          "migrate_after_wait", "migration_pause_base_ms", "migration_pause_per_gib_ms"});
   if (const Json* tiers = r.array("tiers")) {
     config.tiers.clear();
     for (size_t i = 0; i < tiers->size(); ++i) {
@@ -55,6 +56,17 @@ Result<PolicyConfig> policy_config_from_json(const Json& json) {
   config.placement_candidates =
       static_cast<int>(r.integer_or("placement_candidates", config.placement_candidates, 1, 1'000'000));
   config.gangs_span_nodes = r.boolean_or("gangs_span_nodes", config.gangs_span_nodes);
+  config.max_migrations_per_cycle =
+      static_cast<int>(r.integer_or("max_migrations_per_cycle", config.max_migrations_per_cycle, 0, 100000));
+  config.max_moves_per_job = static_cast<int>(r.integer_or("max_moves_per_job", config.max_moves_per_job, 1, 64));
+  config.migrate_gpu_jobs = r.boolean_or("migrate_gpu_jobs", config.migrate_gpu_jobs);
+  config.migration_cooldown = r.duration("migration_cooldown").value_or(config.migration_cooldown);
+  config.migrate_after_wait = r.duration("migrate_after_wait").value_or(config.migrate_after_wait);
+  auto millis = [&](const char* field, std::chrono::milliseconds fallback) {
+    return std::chrono::milliseconds(r.integer_or(field, fallback.count(), 0, 3'600'000));
+  };
+  config.migration_pause_base = millis("migration_pause_base_ms", config.migration_pause_base);
+  config.migration_pause_per_gib = millis("migration_pause_per_gib_ms", config.migration_pause_per_gib);
   if (!r.status()) return r.status().error();
   return config;
 }
@@ -74,7 +86,14 @@ Json to_json(const PolicyConfig& config) {
           {"repartition_idle_gpus", config.repartition_idle_gpus},
           {"power_down_after", format_duration(config.power_down_after)},
           {"placement_candidates", config.placement_candidates},
-          {"gangs_span_nodes", config.gangs_span_nodes}};
+          {"gangs_span_nodes", config.gangs_span_nodes},
+          {"max_migrations_per_cycle", config.max_migrations_per_cycle},
+          {"max_moves_per_job", config.max_moves_per_job},
+          {"migrate_gpu_jobs", config.migrate_gpu_jobs},
+          {"migration_cooldown", format_duration(config.migration_cooldown)},
+          {"migrate_after_wait", format_duration(config.migrate_after_wait)},
+          {"migration_pause_base_ms", config.migration_pause_base.count()},
+          {"migration_pause_per_gib_ms", config.migration_pause_per_gib.count()}};
 }
 
 }  // namespace cnlab::sched

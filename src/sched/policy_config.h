@@ -2,6 +2,7 @@
 // a configuration file.
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,29 @@ struct PolicyConfig {
   // Whether a gang larger than any node of its model may span nodes (off: such a job waits, as a
   // Kubernetes pod, which lives on one node, would).
   bool gangs_span_nodes = true;
+
+  // Live migration for room: a job that cannot start now (nor, by its reservation, within
+  // `migrate_after_wait`) and that pre-emption cannot help may move a few running jobs off a node
+  // onto free room elsewhere and take what they leave. Only checkpointable single-node jobs that
+  // hold no MIG instance and were not moved within `migration_cooldown` move. Moves per cycle in
+  // all (0: the scheduler never moves a job), and per waiting job.
+  int max_migrations_per_cycle = 0;
+  int max_moves_per_job = 4;
+  // Whether jobs holding GPUs may move: their GPU memory and contexts move only where NVIDIA's
+  // cuda-checkpoint is on the nodes (the replay assumes it is; CNLab's agents cannot yet).
+  bool migrate_gpu_jobs = false;
+  Duration migration_cooldown = 1 * kHour;
+  Duration migrate_after_wait = 10 * kMinute;
+  // A move's expected pause: a fixed part plus a part per GiB of the job's host memory (the
+  // stop-and-copy path measured in docs/benchmarks/migration.md). A job's move costs its pause
+  // times its tier's weight (twice the weight of the tier below it), and the cheapest moves win.
+  std::chrono::milliseconds migration_pause_base{1000};
+  std::chrono::milliseconds migration_pause_per_gib{4400};
+
+  // The pause a move of a job holding `memory_mib` of host memory is expected to cost.
+  std::chrono::milliseconds migration_pause(int64_t memory_mib) const {
+    return migration_pause_base + migration_pause_per_gib * memory_mib / 1024;
+  }
 
   // Index of the tier named `name`, or -1.
   int tier_index(std::string_view name) const;

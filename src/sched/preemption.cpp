@@ -3,105 +3,10 @@
 #include <algorithm>
 #include <tuple>
 
+#include "sched/node_fit.h"
+
 namespace cnlab::sched {
 namespace {
-
-// A node's capacity for one shape, as victims are taken off it, without touching the state.
-class NodeModel {
- public:
-  NodeModel(const ClusterState& state, const JobShape& shape, bool repartition)
-      : state_(state), shape_(shape), repartition_(repartition) {}
-
-  // Starts over with `node` as it is now (reusing the buffer: called once per node per search).
-  void load(uint32_t node) {
-    const ClusterState& state = state_;
-    const JobShape& shape = shape_;
-    parts_.clear();
-    free_slots_ = false;
-    const NodeState& n = state.node(node);
-    cpu_ = n.cpu_free;
-    mem_ = n.mem_free;
-    for (uint32_t g = n.gpu_begin; g < n.gpu_end; ++g) {
-      const GpuState& gpu = state.gpu(g);
-      if (!gpu.healthy || !model::mask_allows(shape.models, gpu.model)) continue;
-      if (shape.kind == model::SliceKind::kMig && gpu.model != shape.mig_model()) continue;
-      if (gpu.whole != kNone) {
-        add(gpu.whole);
-      } else {
-        if (shape.kind == model::SliceKind::kMig && state.mig_gpu(gpu.mig).layout.first_fit(shape.mig_profile) >= 0) {
-          free_slots_ = true;
-        }
-        for (uint32_t p : state.mig_gpu(gpu.mig).partitions) add(p);
-      }
-    }
-  }
-
-  bool relevant() const { return !parts_.empty() || free_slots_ || shape_.kind == model::SliceKind::kNone; }
-
-  void take(const Allocation& a) {
-    cpu_ += a.cpu;
-    mem_ += a.mem;
-    for (const PartUse& use : state_.parts(a)) {
-      for (Part& p : parts_) {
-        if (p.partition == use.partition) {
-          p.blocks += use.blocks;
-          p.mem += use.mem;
-          p.jobs -= 1;
-        }
-      }
-    }
-  }
-
-  bool fits() const {
-    if (cpu_ < shape_.cpu_milli || mem_ < shape_.memory_mib) return false;
-    switch (shape_.kind) {
-      case model::SliceKind::kNone: return true;
-      case model::SliceKind::kBlocks:
-        for (const Part& p : parts_) {
-          const PartitionState& ps = state_.partition(p.partition);
-          int64_t need = shape_.vram_mib >= 0 ? shape_.vram_mib : state_.default_mem(ps, shape_.blocks);
-          if (!(ps.exclusive && p.jobs > 0) && p.blocks >= shape_.blocks && p.mem >= need) return true;
-        }
-        return false;
-      case model::SliceKind::kWhole: {
-        std::array<int, model::kMaxModels> free{};
-        for (const Part& p : parts_) {
-          const PartitionState& ps = state_.partition(p.partition);
-          if (ps.mig_start < 0 && p.jobs == 0 && ++free[ps.model] >= shape_.gpu_count) return true;
-        }
-        return false;
-      }
-      case model::SliceKind::kMig:
-        if (free_slots_) return true;
-        for (const Part& p : parts_) {
-          const PartitionState& ps = state_.partition(p.partition);
-          if (p.jobs > 0) continue;
-          if (ps.mig_profile == shape_.mig_profile || (ps.mig_start < 0 && repartition_)) return true;
-        }
-        return false;
-    }
-    return false;
-  }
-
- private:
-  struct Part {
-    uint32_t partition;
-    int blocks;
-    int64_t mem;
-    int jobs;
-  };
-  void add(uint32_t p) {
-    const PartitionState& ps = state_.partition(p);
-    parts_.push_back({p, ps.free_blocks, ps.free_mem, ps.jobs});
-  }
-
-  const ClusterState& state_;
-  const JobShape& shape_;
-  bool repartition_;
-  int64_t cpu_ = 0, mem_ = 0;
-  bool free_slots_ = false;
-  std::vector<Part> parts_;
-};
 
 // Fewest victims, then the mildest (the most important victim in the lowest tier possible), then
 // fewest that lose all their work, then least work lost, then the lower node index.
@@ -156,7 +61,7 @@ std::optional<VictimSet> VictimSelector::choose(ClusterState& state, const Place
   constexpr size_t kVerified = 8;
   std::vector<std::pair<SetCost, std::vector<uint32_t>>> ranked;
   std::vector<uint32_t> victims;
-  NodeModel light(state, shape, true);
+  NodeFit light(state, shape, true);
   auto worse = [](const auto& a, const auto& b) { return a.first.key() < b.first.key(); };
   model::ModelMask wanted = shape.kind == model::SliceKind::kMig ? model::model_bit(shape.mig_model()) : shape.models;
   if (node_begin_.size() != state.node_count() + 1) index_candidates(state);

@@ -12,6 +12,7 @@
 #include "sched/explain.h"
 #include "sched/fair_share.h"
 #include "sched/job_info.h"
+#include "sched/migration.h"
 #include "sched/packing.h"
 #include "sched/placement.h"
 #include "sched/preemption.h"
@@ -29,6 +30,9 @@ const std::string& CycleResult::reason_for(JobIndex job) const {
 
 namespace {
 
+// Waiting jobs for which moves are looked for, per cycle: each search scans the cluster.
+constexpr uint32_t kMigrationSearchesPerCycle = 16;
+
 class Cycle {
  public:
   Cycle(const Snapshot& snapshot, const PolicyConfig& config)
@@ -39,7 +43,8 @@ class Cycle {
         calendar_(state_.node_count()),
         scorer_(&profile_),
         search_(state_, calendar_, scorer_, SearchLimits::of(config)),
-        victims_(jobs_, snapshot.now) {}
+        victims_(jobs_, snapshot.now),
+        movers_(jobs_, config, snapshot.now) {}
 
   CycleResult run() {
     for (const std::string& w : state_.warnings()) warn(w);
@@ -119,6 +124,10 @@ class Cycle {
       if (info.running) {
         info.started = job.status.started_at.value_or(now_);
         info.last_checkpoint = std::max(info.started, job.status.last_checkpoint_at.value_or(info.started));
+        info.movable = config_.max_migrations_per_cycle > 0 && info.checkpointable && job.status.placement.size() == 1 &&
+                       info.shape.kind != model::SliceKind::kMig &&
+                       (config_.migrate_gpu_jobs || info.shape.kind == model::SliceKind::kNone) &&
+                       !job.status.migration && !job.status.cancel_requested && !moved_recently(job);
         account_running(j);
         ++result_.stats.running;
       } else {
@@ -136,6 +145,15 @@ class Cycle {
       held_blocks_[info.project] += info.shape.total_blocks();
       held_user_blocks_[info.user] += info.shape.total_blocks();
     }
+  }
+
+  // Whether `job` moved, or was asked to, within the migration cooldown (events are oldest first).
+  bool moved_recently(const model::Job& job) const {
+    for (auto it = job.status.events.rbegin(); it != job.status.events.rend(); ++it) {
+      if (now_ - it->time >= config_.migration_cooldown) return false;
+      if (it->type == model::JobEventType::kMigrationRequested || it->type == model::JobEventType::kMigrated) return true;
+    }
+    return false;
   }
 
   // Records what a running job holds. Bad bindings are reported and skipped, never fatal.
@@ -246,7 +264,7 @@ class Cycle {
       auto plan = search_.find(job.shape, now_, end, &stats);
       result_.stats.candidates_scored += stats.scored;
       if (plan) {
-        place(j, *plan, end, {});
+        place(j, *plan, end, {}, {});
         return true;
       }
       failed = remember_failure(job.shape_id, stats.hold_rejections > 0 ? end : Time::min());
@@ -266,9 +284,11 @@ class Cycle {
 
     if (earliest && earliest->start <= now_) {
       // The search's choice of GPUs met a reservation that other GPUs of the node avoid.
-      place(j, plan_of(*earliest), end, {});
+      place(j, plan_of(*earliest), end, {}, {});
       return true;
     }
+    // Moving running jobs costs them a pause: worth it for a job that would otherwise wait long.
+    if ((!earliest || earliest->start - now_ > config_.migrate_after_wait) && try_migrate(j, end)) return true;
     if (earliest) return reserve(j, *earliest, reason);
     if (latest && *latest < now_) {
       return wait(j, intern_reason(fmt::format("deadline {} cannot be met: it should have started by {}; {}",
@@ -302,6 +322,39 @@ class Cycle {
       return false;
     }
     preempt(j, *set, end);
+    return true;
+  }
+
+  bool try_migrate(JobIndex j, Time end) {
+    const JobInfo& job = jobs_[j];
+    const int left = config_.max_migrations_per_cycle - static_cast<int>(result_.migrations.size());
+    if (left <= 0 || result_.stats.migration_searches >= kMigrationSearchesPerCycle) return false;
+    // A shape no moves could make room for finds none later in the cycle (until evictions or moves
+    // change the cluster: they clear this memory).
+    if (std::find(migration_failures_.begin(), migration_failures_.end(), job.shape_id) != migration_failures_.end()) {
+      return false;
+    }
+    ++result_.stats.migration_searches;
+    auto set = movers_.choose(state_, search_, job.shape, end, std::min(left, config_.max_moves_per_job));
+    if (!set) {
+      migration_failures_.push_back(job.shape_id);
+      return false;
+    }
+    std::vector<JobIndex> moved;
+    for (const Move& move : set->moves) {
+      state_.release(move.from);
+      moved.push_back(move.job);
+    }
+    place(j, set->plan, end, {}, moved);
+    for (Move& move : set->moves) {
+      const Time old_end = state_.allocation(move.from).end;
+      const Time job_end = old_end == kNever ? kNever : old_end + std::chrono::ceil<Duration>(move.pause);
+      Applied applied = apply_plan(state_, calendar_, move.to, move.job, false, now_, job_end);
+      job_allocations_[move.job] = {applied.allocations.front(), 1};
+      jobs_[move.job].movable = false;  // once per cycle at most
+      result_.migrations.push_back({move.job, std::move(applied.grants), j, move.pause});
+    }
+    forget_failures();  // the moves left holes that other shapes may fit
     return true;
   }
 
@@ -374,13 +427,14 @@ class Cycle {
     return shape;
   }
 
-  void place(JobIndex j, const Plan& plan, Time end, std::vector<JobIndex> after) {
+  void place(JobIndex j, const Plan& plan, Time end, std::vector<JobIndex> after_preempting,
+             std::vector<JobIndex> after_migrating) {
     const JobInfo& job = jobs_[j];
     Applied applied = apply_plan(state_, calendar_, plan, j, job.shape.kind == model::SliceKind::kMig, now_, end);
     for (auto& r : applied.repartitions) result_.repartitions.push_back(std::move(r));
     // apply_plan allocates node after node, so a job's allocations have consecutive ids.
     job_allocations_[j] = {applied.allocations.front(), static_cast<uint32_t>(applied.allocations.size())};
-    result_.placements.push_back({j, std::move(applied.grants), std::move(after)});
+    result_.placements.push_back({j, std::move(applied.grants), std::move(after_preempting), std::move(after_migrating)});
     held_blocks_[job.project] += job.shape.total_blocks();
     held_user_blocks_[job.user] += job.shape.total_blocks();
   }
@@ -393,10 +447,15 @@ class Cycle {
       jobs_[v].running = false;  // not a victim twice
       result_.preemptions.push_back({v, j, victim.checkpointable, true, victims_.work_lost(victim)});
     }
-    ++failure_generation_;  // evictions may free more than the pre-emptor takes: forget failures
+    forget_failures();  // evictions may free more than the pre-emptor takes
+    place(j, set.plan, end, set.victims, {});
+  }
+
+  void forget_failures() {
+    ++failure_generation_;
     failure_families_.clear();
     preemption_failures_.clear();
-    place(j, set.plan, end, set.victims);
+    migration_failures_.clear();
   }
 
   bool wait(JobIndex j, uint32_t reason) {
@@ -430,6 +489,7 @@ class Cycle {
   PlacementSearch search_;
   std::vector<JobInfo> jobs_;
   VictimSelector victims_;
+  MoveSelector movers_;
   CycleResult result_;
 
   std::vector<std::pair<uint32_t, uint32_t>> job_allocations_;  // (first allocation id, count) per job
@@ -454,6 +514,7 @@ class Cycle {
   uint32_t failure_generation_ = 1;
   std::unordered_map<JobShape, std::vector<uint32_t>, JobShapeHash> failure_families_;  // shape ids
   std::vector<std::pair<uint32_t, int>> preemption_failures_;  // (shape id, tier)
+  std::vector<uint32_t> migration_failures_;                   // shape ids
   std::unordered_map<std::string, uint32_t> reason_ids_;
   std::vector<JobIndex> blocked_behind_;
   int reservations_without_deadline_ = 0;

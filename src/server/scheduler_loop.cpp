@@ -6,8 +6,10 @@
 #include <chrono>
 #include <future>
 #include <numeric>
+#include <set>
 
 #include "server/job_writes.h"
+#include "server/migrations.h"
 
 namespace cnlab::server {
 namespace {
@@ -185,6 +187,7 @@ CycleReport SchedulerLoop::run_once() {
   auto commit_started = std::chrono::steady_clock::now();
   report.placed = result.placements.size();
   report.preempted = result.preemptions.size();
+  report.migrated = result.migrations.size();
   report.conflicts = commit(result);
   report.commit_seconds = seconds_since(commit_started);
   for (const auto& warning : result.warnings) spdlog::warn("scheduler warning=\"{}\"", warning);
@@ -192,7 +195,10 @@ CycleReport SchedulerLoop::run_once() {
 }
 
 size_t SchedulerLoop::commit(const sched::CycleResult& result) {
-  if (result.placements.empty() && result.preemptions.empty() && result.repartitions.empty()) return 0;
+  if (result.placements.empty() && result.preemptions.empty() && result.repartitions.empty() &&
+      result.migrations.empty()) {
+    return 0;
+  }
   Time now = snapshot_.now;
   // The new state of every job a decision changes.
   std::map<sched::JobIndex, model::Job> after;
@@ -216,7 +222,37 @@ size_t SchedulerLoop::commit(const sched::CycleResult& result) {
     decisions[p.victim] = {{"decision", "preempt"}, {"job", snapshot_.jobs[p.victim].meta.name}, {"for", by},
                            {"checkpoint", p.checkpoint}, {"work_lost", format_duration(p.work_lost)}};
   }
+  // Moves for room are asked of the agents as `cnlab migrate` asks them (the source freezes and
+  // dumps the job, the target restores it; see migrations.h). A move the cluster cannot carry out
+  // (a job holding GPUs, on nodes without cuda-checkpoint) is not asked for, and the job it was for
+  // is not bound: it waits for the next cycle.
+  std::set<sched::JobIndex> not_moved;
+  for (const auto& m : result.migrations) {
+    model::Job job = stored_before(m.job);
+    const std::string& name = snapshot_.jobs[m.job].meta.name;
+    const std::string& for_job = snapshot_.jobs[m.for_job].meta.name;
+    std::string why = m.to.size() == 1 ? migration_refusal(job) : "the scheduler chose several nodes";
+    if (!why.empty()) {
+      spdlog::info("scheduler move not carried out job=\"{}\" for=\"{}\" reason=\"{}\"", name, for_job, why);
+      not_moved.insert(m.job);
+      continue;
+    }
+    const std::string& from = job.status.placement.front().node;
+    const std::string& to = snapshot_.nodes[m.to.front().node].meta.name;
+    job.status.migration = model::Migration{to, now, "", std::nullopt, 0};
+    job.status.events.push_back({model::JobEventType::kMigrationRequested, now,
+                                 fmt::format("migration from {} to {} decided by the scheduler to make room for job {} "
+                                             "(expected pause {} ms)",
+                                             from, to, for_job, m.pause.count())});
+    after[m.job] = std::move(job);
+    decisions[m.job] = {{"decision", "migrate"}, {"job", name}, {"from", from}, {"to", to}, {"for", for_job},
+                        {"pause_ms", m.pause.count()}};
+  }
   for (const auto& p : result.placements) {
+    if (std::any_of(p.after_migrating.begin(), p.after_migrating.end(),
+                    [&](sched::JobIndex j) { return not_moved.count(j) > 0; })) {
+      continue;
+    }
     model::Job job = stored_before(p.job);
     job.status.phase = model::JobPhase::kScheduled;
     job.status.started_at = now;

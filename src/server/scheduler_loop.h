@@ -31,6 +31,7 @@ struct CycleReport {
   size_t running = 0;
   size_t placed = 0;
   size_t preempted = 0;
+  size_t migrated = 0;  // moves for room decided (asked of the agents unless refused)
   size_t conflicts = 0;  // groups whose compare-and-swap lost
   double sync_seconds = 0;
   double cycle_seconds = 0;

@@ -7,6 +7,8 @@
 #include "common/stop_signals.h"
 
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 
 #include "server/idle_reclaim.h"
 #include "server/server.h"
@@ -21,6 +23,25 @@ constexpr int kFailed = 1;
 int fail(const Error& error) {
   std::fprintf(stderr, "cnlab server: %s\n", error.to_string().c_str());
   return error.code == ErrorCode::kInvalidArgument || error.code == ErrorCode::kAlreadyExists ? kBadInput : kFailed;
+}
+
+// The scheduler's policy from a JSON file (sched::policy_config_from_json); errors name the file.
+Result<sched::PolicyConfig> read_scheduler_config(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Error::invalid_argument("--scheduler-config", path, "cannot be read");
+  std::stringstream text;
+  text << in.rdbuf();
+  Json json = Json::parse(text.str(), nullptr, false);
+  if (json.is_discarded() || !json.is_object()) {
+    return Error::invalid_argument("--scheduler-config", path, "must hold a JSON object (see docs/scheduler.md)");
+  }
+  auto config = sched::policy_config_from_json(json);
+  if (!config) {
+    Error error = config.error();
+    error.field = "--scheduler-config " + path + ": " + error.field;
+    return error;
+  }
+  return config;
 }
 
 int serve(ServerConfig config) {
@@ -47,6 +68,7 @@ void add_server_commands(CLI::App& app) {
   auto idle = std::make_shared<std::string>("dev=2h,opportunistic=30m");
   auto checkpoint_every = std::make_shared<std::string>("production=1h,dev=1h,opportunistic=30m");
   auto migration_timeout = std::make_shared<std::string>("2m");
+  auto scheduler_config = std::make_shared<std::string>();
   server->add_option("--data-dir", config->data_dir, "The data directory `cnlab server init` prepared");
   server->add_option("--listen", config->listen, "HOST:PORT to serve on; port 0 picks a free port")
       ->capture_default_str();
@@ -74,6 +96,9 @@ void add_server_commands(CLI::App& app) {
                      "A live migration whose target has not taken the job over this long after the freeze is rolled "
                      "back to the source")
       ->capture_default_str();
+  server->add_option("--scheduler-config", *scheduler_config,
+                     "JSON file of scheduler policy settings (tiers, fair share, backfill, migration for room...; "
+                     "see docs/scheduler.md); absent settings keep their defaults");
   server->add_option("--max-checkpoint-bytes", config->max_checkpoint_bytes,
                      "The largest checkpoint archive an agent may upload for a job")
       ->capture_default_str();
@@ -86,7 +111,8 @@ void add_server_commands(CLI::App& app) {
   init->add_option("--data-dir", config->data_dir, "The directory to prepare (created, mode 0700)");
   init->add_option("--hostname", *hostnames, "Extra DNS name or IP address for the server certificate");
 
-  server->final_callback([server, init, config, hostnames, not_ready, lost, idle, checkpoint_every, migration_timeout]() {
+  server->final_callback([server, init, config, hostnames, not_ready, lost, idle, checkpoint_every, migration_timeout,
+                          scheduler_config]() {
     if (config->data_dir.empty()) std::exit(fail(Error::invalid_argument("--data-dir", "", "required")));
     if (init->parsed()) {
       InitOptions options{config->data_dir, *hostnames};
@@ -113,6 +139,11 @@ void add_server_commands(CLI::App& app) {
       std::exit(fail(Error::invalid_argument("--migration-timeout", *migration_timeout, "must be positive")));
     }
     config->migration_timeout = *timeout;
+    if (!scheduler_config->empty()) {
+      auto policy = read_scheduler_config(*scheduler_config);
+      if (!policy) std::exit(fail(policy.error()));
+      config->policy = std::move(*policy);
+    }
     if (config->lost_after <= config->not_ready_after) {
       std::exit(fail(Error::invalid_argument("--lost-after", *lost, "must be longer than --not-ready-after")));
     }

@@ -15,6 +15,7 @@
 #include "sim/alloc_report.h"
 #include "sim/cli_flags.h"
 #include "sim/openb_trace.h"
+#include "sim/policies/cnlab_replay_policy.h"
 #include "sim/progress_bar.h"
 #include "sim/replay_cluster.h"
 #include "sim/replay_engine.h"
@@ -36,6 +37,7 @@ constexpr auto kProgressPoll = std::chrono::milliseconds(100);
 struct ReplayFlags {
   std::vector<std::string> trace, nodes, cluster, policies, out, cycle_interval, sample_every, checkpoint_every,
       checkpointable, power_down_after, cpu_per_gpu, memory_per_gpu;
+  bool migrations = false;
 };
 
 [[noreturn]] void fail(int code, const Error& error) {
@@ -92,12 +94,31 @@ HostPerGpu host_flags(const ReplayFlags& given) {
   return host;
 }
 
+// The production scheduler with live migration for room on: a waiting job may move up to 4
+// running jobs, 8 moves per cycle, each job at most once an hour, GPU jobs included (the replay
+// assumes nodes with cuda-checkpoint).
+sched::PolicyConfig moves_config() {
+  sched::PolicyConfig config;
+  config.max_migrations_per_cycle = 8;
+  config.migrate_gpu_jobs = true;
+  return config;
+}
+
+std::string describe_moves(const sched::PolicyConfig& c) {
+  return fmt::format(
+      "cnlab+moves is cnlab that may also move running checkpointable jobs live to make room for a waiting job "
+      "(at most {} moves per waiting job and {} per cycle, a job at most once per {}, for jobs that would wait "
+      "longer than {}); a move pauses its job {} ms + {} ms per GiB of host memory, and the job ends that much later",
+      c.max_moves_per_job, c.max_migrations_per_cycle, format_duration(c.migration_cooldown),
+      format_duration(c.migrate_after_wait), c.migration_pause_base.count(), c.migration_pause_per_gib.count());
+}
+
 void run_replay_command(const ReplayFlags& given, const std::vector<std::string>& extras) {
   if (!extras.empty()) {
     fail(kBadInput, Error::invalid_argument("argument", extras[0],
                                             "unknown; allowed: --trace, --nodes, --cluster, --policies, --out, "
                                             "--cycle-interval, --sample-every, --checkpoint-every, --checkpointable, "
-                                            "--power-down-after, --cpu-per-gpu, --memory-per-gpu "
+                                            "--power-down-after, --cpu-per-gpu, --memory-per-gpu, --migrations "
                                             "(see cnlab sim replay --help)"));
   }
   const std::string trace_path = single("--trace", given.trace);
@@ -163,6 +184,10 @@ void run_replay_command(const ReplayFlags& given, const std::vector<std::string>
     auto policy = make_replay_policy(key);
     if (!policy) fail(kBadInput, policy.error());
     made.push_back(std::move(*policy));
+  }
+  if (given.migrations) {
+    made.push_back(std::make_unique<CnlabReplayPolicy>(moves_config(), "cnlab+moves"));
+    options.migration_settings = describe_moves(moves_config());
   }
   std::vector<std::atomic<uint64_t>> progress(made.size());
   std::vector<ReplayOptions> per_policy(made.size(), options);
@@ -232,6 +257,9 @@ void add_replay_command(CLI::App& sim) {
   add_text_flag(replay, "--power-down-after", flags->power_down_after, "A node idle this long could be powered down (default 30m)");
   add_text_flag(replay, "--cpu-per-gpu", flags->cpu_per_gpu, "--cluster nodes: CPU cores per GPU (default 16)");
   add_text_flag(replay, "--memory-per-gpu", flags->memory_per_gpu, "--cluster nodes: host memory per GPU (default 128Gi)");
+  replay->add_flag("--migrations", flags->migrations,
+                   "Also run cnlab+moves: CNLab's scheduler that may move running checkpointable jobs live to make room "
+                   "for waiting ones (each move costs its job a pause)");
   replay->callback([replay, flags] { run_replay_command(*flags, replay->remaining()); });
 }
 

@@ -163,6 +163,7 @@ class Engine {
   struct Run {
     Time start{};
     Duration done{0};  // work saved by checkpoints (0 for jobs that are not checkpointable)
+    Duration paused{0};  // migration pauses since it started: its end moves by as much
     uint32_t epoch = 0;  // grows at each stop, so stale completions can be told apart
     bool running = false;
     int granted = 0;  // blocks granted while running (whole GPUs under fifo)
@@ -252,7 +253,7 @@ class Engine {
     Run& r = runs_[j];
     JobOutcome& o = out_.jobs[j];
     model::Job& job = snap_.jobs[static_cast<size_t>(snap_of_[j])];
-    Duration elapsed = t - r.start;
+    Duration elapsed = std::max(Duration{0}, t - r.start - r.paused);  // a pause does no work
     Duration saved{0};
     if (job.spec.checkpointable && options_.checkpoint_every.count() > 0) {
       saved = elapsed / options_.checkpoint_every * options_.checkpoint_every;
@@ -271,6 +272,7 @@ class Engine {
     Run& r = runs_[j];
     JobOutcome& o = out_.jobs[j];
     r.start = t;
+    r.paused = Duration{0};
     r.running = true;
     if (!o.first_start) o.first_start = t;
     heap_.push({t + (trace_.jobs[j].run_time - r.done), j, r.epoch});
@@ -289,6 +291,34 @@ class Engine {
     ++running_;
   }
 
+  // Job j moves live (sched::apply_decisions rebinds it): it keeps its progress and ends the
+  // pause later.
+  void migrate(uint32_t j, const sched::Migration& m, Time t) {
+    Run& r = runs_[j];
+    model::Job& job = snap_.jobs[static_cast<size_t>(snap_of_[j])];
+    for (uint32_t n : r.nodes) {
+      meter_.job_left(n, t);
+      if (meter_.idle(n)) snap_.nodes[n].idle_since = t;
+    }
+    r.nodes.clear();
+    allocated_ -= r.granted;
+    r.granted = 0;
+    for (const sched::NodeGrant& grant : m.to) {
+      for (const sched::GpuGrant& g : grant.gpus) r.granted += g.blocks;
+      r.nodes.push_back(grant.node);
+      meter_.job_started(grant.node, t);
+    }
+    allocated_ += r.granted;
+    const Duration pause = std::chrono::ceil<Duration>(m.pause);
+    r.paused += pause;
+    job.spec.estimated_duration = job.spec.estimated_duration.value_or(Duration{0}) + pause;
+    ++r.epoch;  // the completion it had is stale
+    heap_.push({r.start + (trace_.jobs[j].run_time - r.done) + r.paused, j, r.epoch});
+    ++out_.jobs[j].migrations;
+    ++out_.migrations;
+    out_.migration_pause += m.pause;
+  }
+
   Status check_decisions(const sched::CycleResult& result) const {
     auto bad = [&](std::string what) {
       return Error::internal(fmt::format("policy {} at t={}s: {}", policy_.name(), trace_seconds(snap_.now), what));
@@ -296,6 +326,14 @@ class Engine {
     for (const sched::Preemption& p : result.preemptions) {
       if (p.victim >= snap_.jobs.size() || snap_.jobs[p.victim].status.phase != model::JobPhase::kRunning) {
         return bad(fmt::format("pre-empts job index {}, which is not running", p.victim));
+      }
+    }
+    for (const sched::Migration& m : result.migrations) {
+      if (m.job >= snap_.jobs.size() || snap_.jobs[m.job].status.phase != model::JobPhase::kRunning) {
+        return bad(fmt::format("migrates job index {}, which is not running", m.job));
+      }
+      for (const sched::NodeGrant& grant : m.to) {
+        if (grant.node >= snap_.nodes.size()) return bad(fmt::format("migrates to node index {}", grant.node));
       }
     }
     std::vector<uint8_t> placed(snap_.jobs.size(), 0);
@@ -367,6 +405,7 @@ class Engine {
     ++out_.cycles;
     if (auto ok = check_decisions(result); !ok) return ok.error();
     for (const sched::Preemption& p : result.preemptions) preempt(job_of_[p.victim], t);
+    for (const sched::Migration& m : result.migrations) migrate(job_of_[m.job], m, t);
     sched::apply_decisions(result, snap_);
     for (const sched::Placement& p : result.placements) start(job_of_[p.job], p, t);
     for (std::string& w : result.warnings) {

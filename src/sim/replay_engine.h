@@ -13,6 +13,8 @@
 //    time. A pre-empted job returns to pending: a checkpointable one keeps the work done up to its
 //    last checkpoint (one every `checkpoint_every` of run time since it last started), any other
 //    loses all of it; what it lost counts as lost work.
+//  * A migration (the policy moves a running job live) keeps the job's progress: it runs on at its
+//    new place and ends the decision's pause later; its estimate grows by the pause too.
 //  * Estimates are perfect: estimated_duration is always the job's remaining run time.
 //  * Fair share: the usage ledger gets, before each cycle, the block-seconds (requested blocks x
 //    seconds running) every project's and user's jobs accumulated since the previous one.
@@ -52,6 +54,8 @@ struct ReplayOptions {
   Duration checkpoint_every = 30 * kMinute;
   Duration power_down_after = 30 * kMinute;
   CheckpointRule checkpointable;
+  // For the report: how a policy that moves jobs was set up (empty: none does).
+  std::string migration_settings;
   // Check after every cycle that no GPU, CPU or memory is over-committed (for tests; costs a scan).
   bool verify = false;
   // Called now and then with the events (arrivals and completions) handled so far.
@@ -71,6 +75,7 @@ struct JobOutcome {
   uint32_t preemptions = 0;
   Duration ran{0};   // seconds it held its GPUs, over all its runs (lost work included)
   Duration lost{0};  // run time thrown away by pre-emptions
+  uint32_t migrations = 0;  // live moves (each paused it)
 };
 
 struct ReplayRun {
@@ -85,6 +90,8 @@ struct ReplayRun {
   double power_down_node_seconds = 0;
   size_t nodes_ever_off = 0;
   uint64_t preemptions = 0, cycles = 0, wake_ups = 0;
+  uint64_t migrations = 0;
+  std::chrono::milliseconds migration_pause{0};  // the pauses of all migrations, added up
   double wall_seconds = 0;
   std::vector<std::string> warnings;  // distinct warnings of the policy's cycles, at most 20
 

@@ -150,6 +150,7 @@ std::string replay_summary_markdown(const ReplayReport& r) {
       format_duration(r.options.cycle_interval), format_duration(r.options.sample_every),
       format_duration(r.options.checkpoint_every), r.options.checkpointable.to_string(),
       format_duration(r.options.power_down_after));
+  if (!r.options.migration_settings.empty()) md += "- Migrations: " + r.options.migration_settings + "\n";
   if (openb) {
     md += fmt::format(
         "- openb: QoS Guaranteed -> inference, LS -> production, Burstable -> dev, BE -> opportunistic; run time "
@@ -192,6 +193,9 @@ std::string replay_summary_markdown(const ReplayReport& r) {
   });
   row("pre-emptions", [](const ReplayRun& run, const RunSummary&) { return std::to_string(run.preemptions); });
   row("GPU-hours lost to pre-emption", [](const ReplayRun&, const RunSummary& s) { return fmt::format("{:.1f}", s.lost_gpu_hours); });
+  row("live migrations (pause in all)", [](const ReplayRun& run, const RunSummary&) {
+    return fmt::format("{} ({})", run.migrations, format_seconds(static_cast<double>(run.migration_pause.count()) / 1000.0));
+  });
   row("scheduling cycles", [](const ReplayRun& run, const RunSummary&) {
     return fmt::format("{} ({} woken by time)", run.cycles, run.wake_ups);
   });

@@ -8,6 +8,7 @@
 
 #include <random>
 
+#include "sim/policies/cnlab_replay_policy.h"
 #include "sim/replay_cluster.h"
 #include "sim/replay_report.h"
 
@@ -94,6 +95,46 @@ TEST(ReplayEngine, InferencePreemptsOpportunisticUnderCnlabButWaitsUnderFifo) {
   EXPECT_EQ(cnlab.jobs[0].first_start, at(0));
   EXPECT_EQ(cnlab.jobs[0].end, at(1200));
   EXPECT_EQ(cnlab.jobs[0].ran, Duration{1100});
+}
+
+TEST(ReplayEngine, AMoveFreesANodeForAWaitingGangAndCostsTheMoverItsPause) {
+  // Two nodes of two H100s. Three long production jobs and a short one arrive at 0 (two per
+  // node); the short one ends at 50, leaving one free GPU on each node. A dev job asking for two
+  // GPUs arrives at 100: without moves it waits for a long job to end (10000); with them one long
+  // job moves beside the other and the pair starts at once.
+  ReplayTrace trace = trace_of(
+      "submit_time,duration,num_gpus,gpu_share,model,project,class\n"
+      "0,10000,1,,,p,production\n"
+      "0,50,1,,,p,production\n"
+      "0,10000,1,,,p,production\n"
+      "100,100,2,,,p,dev\n");
+  auto nodes = cluster("2:h100x2");
+  ReplayRun plain = replay(trace, nodes, "cnlab");
+  ASSERT_TRUE(plain.jobs[3].first_start);
+  EXPECT_GE(*plain.jobs[3].first_start, at(10000));
+  EXPECT_EQ(plain.migrations, 0u);
+
+  sched::PolicyConfig config;
+  config.max_migrations_per_cycle = 8;
+  config.migrate_gpu_jobs = true;
+  config.migration_pause_base = std::chrono::milliseconds(2500);
+  CnlabReplayPolicy moves(config, "cnlab+moves");
+  ReplayOptions options;
+  options.verify = true;
+  auto run = run_replay(trace, nodes, moves, options);
+  ASSERT_TRUE(run) << run.error().to_string();
+  EXPECT_EQ(run->policy, "cnlab+moves");
+  EXPECT_EQ(run->jobs[3].first_start, at(100));
+  EXPECT_EQ(run->jobs[3].end, at(200));
+  ASSERT_EQ(run->migrations, 1u);
+  EXPECT_EQ(run->migration_pause, std::chrono::milliseconds(2500));
+  // The mover keeps its progress and ends its pause (rounded up to 3 s) later; the other does not.
+  const size_t mover = run->jobs[0].migrations == 1 ? 0 : 2, other = 2 - mover;
+  EXPECT_EQ(run->jobs[mover].migrations, 1u);
+  EXPECT_EQ(run->jobs[mover].end, at(10003));
+  EXPECT_EQ(run->jobs[mover].preemptions, 0u);
+  EXPECT_EQ(run->jobs[other].end, at(10000));
+  EXPECT_EQ(run->preemptions, 0u);
 }
 
 TEST(ReplayEngine, CheckpointableVictimResumesFromItsLastCheckpoint) {

@@ -1,5 +1,5 @@
 // CNLab in the replay: the production scheduler's whole cycle, sched::run_cycle, unchanged and
-// with its default configuration (priority tiers, fair share, deadlines, backfill, pre-emption,
+// with its default configuration (or, as "cnlab+moves", with live migration for room on) (priority tiers, fair share, deadlines, backfill, pre-emption,
 // fragmentation-aware packing). This file adds no policy of its own; it only tells the engine when
 // the passing of time alone could change the scheduler's mind (wake_up).
 #pragma once
@@ -10,9 +10,10 @@ namespace cnlab::sim {
 
 class CnlabReplayPolicy : public ReplayPolicy {
  public:
-  explicit CnlabReplayPolicy(sched::PolicyConfig config = {}) : config_(std::move(config)) {}
+  explicit CnlabReplayPolicy(sched::PolicyConfig config = {}, std::string name = "cnlab")
+      : config_(std::move(config)), name_(std::move(name)) {}
 
-  std::string_view name() const override { return "cnlab"; }
+  std::string_view name() const override { return name_; }
   sched::CycleResult cycle(const sched::Snapshot& snapshot) override { return sched::run_cycle(snapshot, config_); }
   // The earliest of: a running job of a lower tier reaching its minimum run time while a job that
   // may pre-empt it (its tier may, or it has a deadline) waits; a waiting deadline job becoming
@@ -23,6 +24,7 @@ class CnlabReplayPolicy : public ReplayPolicy {
 
  private:
   sched::PolicyConfig config_;
+  std::string name_;
 };
 
 }  // namespace cnlab::sim

@@ -185,7 +185,7 @@ sched::CycleResult FifoReplayPolicy::cycle(const sched::Snapshot& snapshot) {
     if (!failed.contains(key)) {
       ++result.stats.placement_attempts;
       if (auto grants = place(spec, snapshot)) {
-        result.placements.push_back({j, std::move(*grants), {}});
+        result.placements.push_back({j, std::move(*grants), {}, {}});
         continue;
       }
       failed.insert(key);

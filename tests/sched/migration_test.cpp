@@ -1,0 +1,206 @@
+// Migration for room: the cycle moves running jobs live so that a waiting job can start.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "fixtures.h"
+
+namespace cnlab::sched {
+namespace {
+
+using namespace testing;
+
+PolicyConfig with_moves(int per_cycle = 8) {
+  PolicyConfig config;
+  config.max_migrations_per_cycle = per_cycle;
+  config.migrate_gpu_jobs = true;
+  return config;
+}
+
+std::vector<JobIndex> moved(const CycleResult& r) {
+  std::vector<JobIndex> v;
+  for (const auto& m : r.migrations) v.push_back(m.job);
+  return v;
+}
+
+// Two nodes of two H100s, one GPU of each taken by a running checkpointable job; a dev job asking
+// for a whole node (two GPUs) cannot start, and dev may not pre-empt.
+Snapshot split_nodes(JobOptions first = {.checkpointable = true}, JobOptions second = {.checkpointable = true}) {
+  return snapshot_of({gpu_node("a", "h100", 2), gpu_node("b", "h100", 2)},
+                     {running_job("one", "h100", "a", {whole_gpu(0)}, kHour, first),
+                      running_job("two", "h100", "b", {whole_gpu(1)}, kHour, second),
+                      pending_job("pair", "h100x2")});
+}
+
+TEST(Migration, AJobMovesToFreeAWholeNodeForAWaitingGang) {
+  Snapshot s = split_nodes();
+  CycleResult r = run_cycle(s, with_moves());
+  ASSERT_EQ(r.migrations.size(), 1u);
+  const Migration& m = r.migrations[0];
+  EXPECT_EQ(m.for_job, 2u);
+  const Placement* p = placement_of(r, 2);
+  ASSERT_NE(p, nullptr) << r.reason_for(2);
+  EXPECT_EQ(p->after_migrating, std::vector<JobIndex>{m.job});
+  EXPECT_TRUE(p->after_preempting.empty());
+  EXPECT_TRUE(r.preemptions.empty());
+  // The mover leaves the node the gang takes, for the other one.
+  ASSERT_EQ(m.to.size(), 1u);
+  ASSERT_EQ(p->nodes.size(), 1u);
+  EXPECT_NE(m.to[0].node, p->nodes[0].node);
+  EXPECT_EQ(s.nodes[p->nodes[0].node].meta.name, s.jobs[m.job].status.placement[0].node);
+
+  apply_decisions(r, s);
+  EXPECT_EQ(capacity_violation(s), "");
+  EXPECT_EQ(s.jobs[m.job].status.phase, model::JobPhase::kRunning);
+  ASSERT_FALSE(s.jobs[m.job].status.events.empty());
+  EXPECT_EQ(s.jobs[m.job].status.events.back().type, model::JobEventType::kMigrated);
+}
+
+TEST(Migration, NothingMovesUnlessTheConfigurationAllowsIt) {
+  CycleResult r = run_cycle(split_nodes(), PolicyConfig{});
+  EXPECT_TRUE(r.migrations.empty());
+  EXPECT_FALSE(placed(r, 2));
+  EXPECT_EQ(r.stats.migration_searches, 0u);
+}
+
+TEST(Migration, JobsThatCannotBeCheckpointedStayWhereTheyAre) {
+  CycleResult r = run_cycle(split_nodes({}, {}), with_moves());
+  EXPECT_TRUE(r.migrations.empty());
+  EXPECT_FALSE(placed(r, 2));
+}
+
+TEST(Migration, JobsHoldingGpusMoveOnlyWhereTheConfigurationSaysGpuMemoryCanMove) {
+  PolicyConfig no_gpu_moves = with_moves();
+  no_gpu_moves.migrate_gpu_jobs = false;
+  EXPECT_TRUE(run_cycle(split_nodes(), no_gpu_moves).migrations.empty());
+}
+
+TEST(Migration, AJobBeingCancelledIsNotMoved) {
+  Snapshot s = split_nodes();
+  s.jobs[0].status.cancel_requested = s.jobs[1].status.cancel_requested = true;
+  EXPECT_TRUE(run_cycle(s, with_moves()).migrations.empty());
+}
+
+TEST(Migration, AJobMovedWithinTheCooldownIsNotMovedAgain) {
+  Snapshot s = split_nodes();
+  for (size_t j = 0; j < 2; ++j) {
+    s.jobs[j].status.events.push_back({model::JobEventType::kMigrated, t0() - 20 * kMinute, "moved"});
+  }
+  EXPECT_TRUE(run_cycle(s, with_moves()).migrations.empty());
+  // Past the hour, either may move again.
+  for (model::Job& job : s.jobs) {
+    if (!job.status.events.empty()) job.status.events.back().time = t0() - 2 * kHour;
+  }
+  EXPECT_EQ(run_cycle(s, with_moves()).migrations.size(), 1u);
+}
+
+TEST(Migration, AJobMigratingNowIsNotMovedAgain) {
+  Snapshot s = split_nodes();
+  s.jobs[0].status.migration = model::Migration{"b", t0(), "", std::nullopt, 0};
+  s.jobs[1].status.migration = model::Migration{"a", t0(), "", std::nullopt, 0};
+  EXPECT_TRUE(run_cycle(s, with_moves()).migrations.empty());
+}
+
+TEST(Migration, AJobThatStartsSoonByItsReservationWaitsInstead) {
+  // "one" ends in 5 minutes: the gang is reserved node a then, and nothing moves.
+  Snapshot s = split_nodes({.estimate = kHour + 5 * kMinute, .checkpointable = true},
+                           {.checkpointable = true});
+  CycleResult r = run_cycle(s, with_moves());
+  EXPECT_TRUE(r.migrations.empty());
+  ASSERT_EQ(r.reservations.size(), 1u);
+  EXPECT_EQ(r.reservations[0].start, t0() + 5 * kMinute);
+  // Ending in half an hour, waiting is the dearer choice: a job moves.
+  s.jobs[0].spec.estimated_duration = kHour + 30 * kMinute;
+  EXPECT_EQ(run_cycle(s, with_moves()).migrations.size(), 1u);
+}
+
+TEST(Migration, TheCheapestMoveWinsLowerTiersAndLessMemoryFirst) {
+  // Equal in blocks: the opportunistic job moves rather than the production one.
+  Snapshot s = split_nodes({.priority_class = "production", .checkpointable = true},
+                           {.priority_class = "opportunistic", .checkpointable = true});
+  EXPECT_EQ(moved(run_cycle(s, with_moves())), std::vector<JobIndex>{1});
+  // Same tier: the job with less host memory (a shorter pause) moves.
+  s = split_nodes({.memory_mib = 4096, .checkpointable = true}, {.memory_mib = 64 * 1024, .checkpointable = true});
+  CycleResult r = run_cycle(s, with_moves());
+  ASSERT_EQ(moved(r), std::vector<JobIndex>{0});
+  EXPECT_EQ(r.migrations[0].pause, std::chrono::milliseconds(1000 + 4400 * 4));
+}
+
+// Three nodes of four GPUs, each with two one-GPU jobs: a four-GPU job needs two moves.
+Snapshot half_full() {
+  std::vector<model::Job> jobs;
+  for (const char* node : {"a", "b", "c"}) {
+    for (int g = 0; g < 2; ++g) {
+      jobs.push_back(running_job(std::string(node) + std::to_string(g), "h100", node, {whole_gpu(g)}, kHour,
+                                 {.checkpointable = true}));
+    }
+  }
+  jobs.push_back(pending_job("four", "h100x4"));
+  return snapshot_of({gpu_node("a", "h100", 4), gpu_node("b", "h100", 4), gpu_node("c", "h100", 4)}, std::move(jobs));
+}
+
+TEST(Migration, MovesPerWaitingJobAndPerCycleAreBounded) {
+  Snapshot s = half_full();
+  CycleResult r = run_cycle(s, with_moves());
+  ASSERT_EQ(r.migrations.size(), 2u);
+  ASSERT_TRUE(placed(r, 6));
+  apply_decisions(r, s);
+  EXPECT_EQ(capacity_violation(s), "");
+
+  PolicyConfig one_per_job = with_moves();
+  one_per_job.max_moves_per_job = 1;
+  EXPECT_TRUE(run_cycle(half_full(), one_per_job).migrations.empty());
+  EXPECT_TRUE(run_cycle(half_full(), with_moves(1)).migrations.empty());
+}
+
+TEST(Migration, MoversNeverLandOnTheNodeTheyLeaveAndNothingIsOvercommitted) {
+  // Node a: two quarter-GPU jobs on GPU 0 and a half on GPU 1; node b: a busy GPU that cannot be
+  // checkpointed and a free one. A whole-node job (two GPUs) fits only if all three go to b.
+  Snapshot s = snapshot_of({gpu_node("a", "h100", 2), gpu_node("b", "h100", 2)},
+                           {running_job("q1", "h100-25", "a", {blocks_on(0, 25)}, kHour, {.checkpointable = true}),
+                            running_job("q2", "h100-25", "a", {blocks_on(0, 25)}, kHour, {.checkpointable = true}),
+                            running_job("h1", "h100-50", "a", {blocks_on(1, 50)}, kHour, {.checkpointable = true}),
+                            running_job("busy", "h100", "b", {whole_gpu(0)}, kHour),
+                            pending_job("pair", "h100x2")});
+  CycleResult r = run_cycle(s, with_moves());
+  ASSERT_EQ(r.migrations.size(), 3u) << r.reason_for(4);
+  for (const Migration& m : r.migrations) {
+    ASSERT_EQ(m.to.size(), 1u);
+    EXPECT_EQ(s.nodes[m.to[0].node].meta.name, "b");
+  }
+  apply_decisions(r, s);
+  EXPECT_EQ(capacity_violation(s), "");
+  EXPECT_EQ(s.jobs[4].status.placement[0].node, "a");
+}
+
+TEST(Migration, NoMoveWhenTheMoversFitNowhereElse) {
+  // Node a's one job would have to move, but the only free GPU elsewhere is an L4 it does not
+  // accept.
+  Snapshot s = snapshot_of({gpu_node("a", "h100", 2), gpu_node("b", "l4", 1)},
+                           {running_job("one", "h100", "a", {whole_gpu(0)}, kHour, {.checkpointable = true}),
+                            pending_job("pair", "h100x2")});
+  CycleResult r = run_cycle(s, with_moves());
+  EXPECT_TRUE(r.migrations.empty());
+  EXPECT_FALSE(placed(r, 1));
+  EXPECT_EQ(r.stats.migration_searches, 1u);
+}
+
+TEST(Migration, PolicyConfigReadsAndWritesItsMigrationKnobs) {
+  PolicyConfig config = with_moves(3);
+  config.max_moves_per_job = 2;
+  config.migration_cooldown = 2 * kHour;
+  config.migration_pause_per_gib = std::chrono::milliseconds(700);
+  config.migrate_gpu_jobs = false;
+  auto back = policy_config_from_json(to_json(config));
+  ASSERT_TRUE(back) << back.error().to_string();
+  EXPECT_EQ(back->max_migrations_per_cycle, 3);
+  EXPECT_EQ(back->max_moves_per_job, 2);
+  EXPECT_EQ(back->migration_cooldown, 2 * kHour);
+  EXPECT_EQ(back->migration_pause_per_gib, std::chrono::milliseconds(700));
+  EXPECT_FALSE(back->migrate_gpu_jobs);
+  auto bad = policy_config_from_json(Json{{"max_moves_per_job", 0}});
+  ASSERT_FALSE(bad);
+  EXPECT_THAT(bad.error().to_string(), ::testing::HasSubstr("max_moves_per_job"));
+}
+
+}  // namespace
+}  // namespace cnlab::sched

@@ -1,0 +1,130 @@
+// Moves for room through the control plane: with migration for room on (--scheduler-config), a
+// cycle that moves a running job asks its agents for a live migration, as `cnlab migrate` does, and
+// binds the job it made room for; a move the cluster cannot carry out is not asked for.
+#include <gmock/gmock.h>
+
+#include <fstream>
+#include <thread>
+
+#include "fixtures.h"
+
+namespace cnlab::server::test_support {
+namespace {
+
+using ::testing::HasSubstr;
+
+class SchedulerMovesTest : public ClusterTest {
+ protected:
+  void SetUp() override {
+    std::ofstream(config_dir_.path() + "/scheduler.json") << R"({"max_migrations_per_cycle": 4})";
+    start_server({"--scheduler-config", config_dir_.path() + "/scheduler.json"});
+  }
+
+  // Registers a node of `gpus` H100s, 4 cores and 16 GiB; returns a client with its credential.
+  std::unique_ptr<net::Client> add_node(const std::string& name, int gpus) {
+    Json join = call(*admin_, "POST", "/v1/join-tokens", 201, {{"ttl", "1h"}});
+    auto anonymous = server_->client("");
+    Json registered = call(*anonymous, "POST", "/v1/nodes", 201,
+                           {{"join_token", join["token"]}, {"node", node_object(name, "h100", gpus, 4000, 16 * 1024)}});
+    return server_->client(registered["token"]);
+  }
+
+  // Submits a checkpointable job and has the agent of the node it is bound to report it Running.
+  std::string run_job(const std::string& gpu, int64_t cpu_milli, const std::string& expected_node) {
+    Json body = job_body("default", gpu, {"sleep", "100"});
+    body["spec"]["checkpointable"] = true;
+    body["spec"]["cpu_milli"] = cpu_milli;
+    std::string id = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
+    EXPECT_TRUE(wait_for_phase(*admin_, id, "Scheduled"));
+    EXPECT_EQ(get_job(*admin_, id)["status"]["placement"][0]["node"], expected_node);
+    call(*agents_.at(expected_node), "PUT", "/v1/jobs/" + id + "/status", 200, {{"phase", "Running"}});
+    return id;
+  }
+
+  // One running job on each of two nodes: n2 is cordoned while the first starts, n1 while the
+  // second does.
+  std::pair<std::string, std::string> one_job_per_node(const std::string& gpu, int64_t cpu_milli) {
+    call(*admin_, "POST", "/v1/nodes/n2/cordon", 200);
+    std::string first = run_job(gpu, cpu_milli, "n1");
+    call(*admin_, "POST", "/v1/nodes/n2/uncordon", 200);
+    call(*admin_, "POST", "/v1/nodes/n1/cordon", 200);
+    std::string second = run_job(gpu, cpu_milli, "n2");
+    call(*admin_, "POST", "/v1/nodes/n1/uncordon", 200);
+    return {first, second};
+  }
+
+  std::string server_log() const { return slurp(server_->data_dir() + "/server.log"); }
+
+  TempDir config_dir_;
+  std::map<std::string, std::unique_ptr<net::Client>> agents_;
+};
+
+TEST_F(SchedulerMovesTest, AJobIsMigratedOffANodeToMakeRoomForAWaitingOne) {
+  agents_["n1"] = add_node("n1", 1);
+  agents_["n2"] = add_node("n2", 1);
+  auto [first, second] = one_job_per_node("none", 1000);
+  // Four cores: a whole node, which only a move frees.
+  Json body = job_body("default", "none", {"sleep", "100"});
+  body["spec"]["cpu_milli"] = 4000;
+  std::string waiting = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
+  ASSERT_TRUE(wait_for_phase(*admin_, waiting, "Scheduled"));
+  Json placed = get_job(*admin_, waiting);
+  const std::string room = placed["status"]["placement"][0]["node"];
+  const std::string moved = room == "n1" ? first : second, other = room == "n1" ? "n2" : "n1";
+  Json mover = get_job(*admin_, moved);
+  ASSERT_TRUE(mover["status"].contains("migration")) << mover.dump();
+  EXPECT_EQ(mover["status"]["migration"]["to"], other);
+  EXPECT_THAT(mover["status"]["events"].dump(),
+              HasSubstr("migration from " + room + " to " + other + " decided by the scheduler to make room for job " +
+                        waiting));
+  EXPECT_FALSE(get_job(*admin_, room == "n1" ? second : first)["status"].contains("migration"));
+  // The decision is audited with the scheduler's others.
+  auto audit = admin_->request("GET", "/v1/audit?limit=10000");
+  ASSERT_TRUE(audit);
+  EXPECT_THAT(audit->body, HasSubstr("\"decision\":\"migrate\""));
+}
+
+TEST_F(SchedulerMovesTest, JobsHoldingGpusAreNotMovedByDefault) {
+  agents_["n1"] = add_node("n1", 2);
+  agents_["n2"] = add_node("n2", 2);
+  auto [first, second] = one_job_per_node("h100x1", 1000);
+  std::string waiting = call(*admin_, "POST", "/v1/jobs", 201, job_body("default", "h100x2"))["metadata"]["name"];
+  ASSERT_TRUE(eventually([&] { return !get_job(*admin_, waiting)["status"].value("waiting_reason", "").empty(); }));
+  std::this_thread::sleep_for(std::chrono::seconds(2));  // cycles come at least every second
+  EXPECT_EQ(get_job(*admin_, waiting)["status"]["phase"], "Pending");
+  EXPECT_FALSE(get_job(*admin_, first)["status"].contains("migration"));
+  EXPECT_FALSE(get_job(*admin_, second)["status"].contains("migration"));
+  EXPECT_EQ(server_log().find("scheduler move"), std::string::npos) << server_log();
+}
+
+TEST_F(SchedulerMovesTest, AMoveTheNodesCannotCarryOutIsNotAskedForAndTheWaitingJobWaits) {
+  // An operator says GPU memory can move; the agents cannot move it (no cuda-checkpoint), so the
+  // server asks for no such move.
+  server_->stop(SIGTERM);
+  std::ofstream(config_dir_.path() + "/gpu.json") << R"({"max_migrations_per_cycle": 4, "migrate_gpu_jobs": true})";
+  start_server({"--scheduler-config", config_dir_.path() + "/gpu.json"});
+  agents_["n1"] = add_node("n1", 2);
+  agents_["n2"] = add_node("n2", 2);
+  auto [first, second] = one_job_per_node("h100x1", 1000);
+  std::string waiting = call(*admin_, "POST", "/v1/jobs", 201, job_body("default", "h100x2"))["metadata"]["name"];
+  ASSERT_TRUE(eventually([&] {
+    return server_log().find("scheduler move not carried out") != std::string::npos;
+  })) << server_log();
+  EXPECT_THAT(server_log(), HasSubstr("for=\"" + waiting + "\""));
+  EXPECT_EQ(get_job(*admin_, waiting)["status"]["phase"], "Pending");
+  EXPECT_FALSE(get_job(*admin_, first)["status"].contains("migration"));
+  EXPECT_FALSE(get_job(*admin_, second)["status"].contains("migration"));
+}
+
+TEST_F(SchedulerMovesTest, ABadSchedulerConfigIsRefusedNamingTheField) {
+  server_->stop(SIGTERM);
+  std::ofstream(config_dir_.path() + "/bad.json") << R"({"max_moves_per_job": 0})";
+  auto [status, out] = run_cnlab({"server", "--data-dir", server_->data_dir(), "--listen", "127.0.0.1:0",
+                                  "--scheduler-config", config_dir_.path() + "/bad.json"});
+  EXPECT_EQ(status, 2);
+  EXPECT_THAT(out, HasSubstr("max_moves_per_job"));
+  EXPECT_THAT(out, HasSubstr("bad.json"));
+}
+
+}  // namespace
+}  // namespace cnlab::server::test_support
