@@ -37,7 +37,7 @@ int64_t MoveSelector::cost(const JobInfo& job) const {
 }
 
 std::optional<MoveSet> MoveSelector::choose(ClusterState& state, const PlacementSearch& search, const JobShape& shape,
-                                            Time end, int max_moves) const {
+                                            int tier, Time end, int max_moves) const {
   if (shape.kind == model::SliceKind::kMig || max_moves <= 0) return std::nullopt;
   if (shape.kind == model::SliceKind::kWhole) {
     bool fits_a_node = false;
@@ -69,7 +69,9 @@ std::optional<MoveSet> MoveSelector::choose(ClusterState& state, const Placement
     for (uint32_t a : state.node_allocations(n)) {
       const Allocation& allocation = state.allocation(a);
       const JobInfo& job = jobs_[allocation.job];
-      if (job.movable) candidates.push_back({-held_blocks(state, allocation), cost(job), a});
+      if (job.movable && (config_.move_higher_tiers || job.tier >= tier)) {
+        candidates.push_back({-held_blocks(state, allocation), cost(job), a});
+      }
     }
     std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) { return a.key() < b.key(); });
     const size_t max_count = ranked.size() < kVerified ? static_cast<size_t>(max_moves)

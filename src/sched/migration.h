@@ -7,7 +7,8 @@
 // moves, then cheapest) are verified for real: the job must fit on the node once its movers are
 // gone, every mover must fit elsewhere (never back on that node) once the job holds its place, and
 // any mover the job turns out not to need stays. Unlike pre-emption nothing is lost: movers keep
-// their progress and pay a pause, so a job may move jobs of any tier, the dearer the higher.
+// their progress and pay a pause. Movers are of the job's tier or below (any tier with
+// PolicyConfig::move_higher_tiers), the dearer the higher.
 #pragma once
 
 #include <chrono>
@@ -39,10 +40,10 @@ class MoveSelector {
   MoveSelector(const std::vector<JobInfo>& jobs, const PolicyConfig& config, Time now)
       : jobs_(jobs), config_(config), now_(now) {}
 
-  // Chooses moves for a single-node `shape` that ends at `end`; the state is left as it was.
-  // `search` must read `state`.
-  std::optional<MoveSet> choose(ClusterState& state, const PlacementSearch& search, const JobShape& shape, Time end,
-                                int max_moves) const;
+  // Chooses moves for a single-node `shape` of tier `tier` that ends at `end`; the state is left
+  // as it was. `search` must read `state`.
+  std::optional<MoveSet> choose(ClusterState& state, const PlacementSearch& search, const JobShape& shape, int tier,
+                                Time end, int max_moves) const;
 
   // What moving `job` costs: its expected pause weighted by its tier.
   int64_t cost(const JobInfo& job) const;

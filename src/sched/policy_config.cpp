@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <fstream>
+#include <sstream>
+
 #include "model/object_meta.h"
 
 namespace cnlab::sched {
@@ -18,7 +21,7 @@ Result<PolicyConfig> policy_config_from_json(const Json& json) {
   JsonReader r(json, "");
   r.only({"tiers", "fair_share_half_life", "deadline_urgency", "backfill", "reserve_top_jobs",
           "max_reservations", "max_preemptors_per_cycle", "repartition_idle_gpus", "power_down_after", "placement_candidates",
-          "gangs_span_nodes", "max_migrations_per_cycle", "max_moves_per_job", "migrate_gpu_jobs", "migration_cooldown",
+          "gangs_span_nodes", "max_migrations_per_cycle", "max_moves_per_job", "migrate_gpu_jobs", "move_higher_tiers", "migration_cooldown",
           "migrate_after_wait", "migration_pause_base_ms", "migration_pause_per_gib_ms"});
   if (const Json* tiers = r.array("tiers")) {
     config.tiers.clear();
@@ -60,6 +63,7 @@ Result<PolicyConfig> policy_config_from_json(const Json& json) {
       static_cast<int>(r.integer_or("max_migrations_per_cycle", config.max_migrations_per_cycle, 0, 100000));
   config.max_moves_per_job = static_cast<int>(r.integer_or("max_moves_per_job", config.max_moves_per_job, 1, 64));
   config.migrate_gpu_jobs = r.boolean_or("migrate_gpu_jobs", config.migrate_gpu_jobs);
+  config.move_higher_tiers = r.boolean_or("move_higher_tiers", config.move_higher_tiers);
   config.migration_cooldown = r.duration("migration_cooldown").value_or(config.migration_cooldown);
   config.migrate_after_wait = r.duration("migrate_after_wait").value_or(config.migrate_after_wait);
   auto millis = [&](const char* field, std::chrono::milliseconds fallback) {
@@ -90,10 +94,29 @@ Json to_json(const PolicyConfig& config) {
           {"max_migrations_per_cycle", config.max_migrations_per_cycle},
           {"max_moves_per_job", config.max_moves_per_job},
           {"migrate_gpu_jobs", config.migrate_gpu_jobs},
+          {"move_higher_tiers", config.move_higher_tiers},
           {"migration_cooldown", format_duration(config.migration_cooldown)},
           {"migrate_after_wait", format_duration(config.migrate_after_wait)},
           {"migration_pause_base_ms", config.migration_pause_base.count()},
           {"migration_pause_per_gib_ms", config.migration_pause_per_gib.count()}};
+}
+
+Result<PolicyConfig> policy_config_from_file(const std::string& path, std::string_view flag) {
+  std::ifstream in(path);
+  if (!in) return Error::invalid_argument(std::string(flag), path, "cannot be read");
+  std::stringstream text;
+  text << in.rdbuf();
+  Json json = Json::parse(text.str(), nullptr, false);
+  if (json.is_discarded() || !json.is_object()) {
+    return Error::invalid_argument(std::string(flag), path, "must hold a JSON object of scheduler settings (docs/scheduler.md)");
+  }
+  auto config = policy_config_from_json(json);
+  if (!config) {
+    Error error = config.error();
+    error.field = fmt::format("{} {}: {}", flag, path, error.field);
+    return error;
+  }
+  return config;
 }
 
 }  // namespace cnlab::sched

@@ -51,8 +51,8 @@ struct PolicyConfig {
   bool gangs_span_nodes = true;
 
   // Live migration for room: a job that cannot start now (nor, by its reservation, within
-  // `migrate_after_wait`) and that pre-emption cannot help may move a few running jobs off a node
-  // onto free room elsewhere and take what they leave. Only checkpointable single-node jobs that
+  // `migrate_after_wait`) may move a few running jobs off a node onto free room elsewhere and take
+  // what they leave. It is tried before pre-emption: a move loses no work, an eviction does. Only checkpointable single-node jobs that
   // hold no MIG instance and were not moved within `migration_cooldown` move. Moves per cycle in
   // all (0: the scheduler never moves a job), and per waiting job.
   int max_migrations_per_cycle = 0;
@@ -60,6 +60,9 @@ struct PolicyConfig {
   // Whether jobs holding GPUs may move: their GPU memory and contexts move only where NVIDIA's
   // cuda-checkpoint is on the nodes (the replay assumes it is; CNLab's agents cannot yet).
   bool migrate_gpu_jobs = false;
+  // Whether a job may move jobs of a higher tier than its own. Off, a move never pauses work more
+  // important than the job it makes room for (docs/benchmarks/replay.md measures both).
+  bool move_higher_tiers = false;
   Duration migration_cooldown = 1 * kHour;
   Duration migrate_after_wait = 10 * kMinute;
   // A move's expected pause: a fixed part plus a part per GiB of the job's host memory (the
@@ -81,5 +84,8 @@ struct PolicyConfig {
 // "fair_share_half_life": "7d", ...}; absent fields keep their defaults.
 Result<PolicyConfig> policy_config_from_json(const Json& json);
 Json to_json(const PolicyConfig& config);
+// The same from a JSON file, for the commands that take one (`--scheduler-config`): errors name
+// `flag`, the file and the field. (The cycle itself reads no files.)
+Result<PolicyConfig> policy_config_from_file(const std::string& path, std::string_view flag);
 
 }  // namespace cnlab::sched

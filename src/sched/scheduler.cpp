@@ -280,6 +280,9 @@ class Cycle {
       earliest = calendar_.earliest_start(state_, job.shape, job.estimate, now_, failed->from_end != Time::min());
     }
     bool deadline_needs_preemption = latest && (!earliest || earliest->start > *latest);
+    // Moving running jobs costs them a pause, evicting them their work since their checkpoint:
+    // moves first, for a job that would otherwise wait long.
+    if ((!earliest || earliest->start - now_ > config_.migrate_after_wait) && try_migrate(j, end)) return true;
     if ((config_.tiers[job.tier].may_preempt || deadline_needs_preemption) && try_preempt(j, end)) return true;
 
     if (earliest && earliest->start <= now_) {
@@ -287,8 +290,6 @@ class Cycle {
       place(j, plan_of(*earliest), end, {}, {});
       return true;
     }
-    // Moving running jobs costs them a pause: worth it for a job that would otherwise wait long.
-    if ((!earliest || earliest->start - now_ > config_.migrate_after_wait) && try_migrate(j, end)) return true;
     if (earliest) return reserve(j, *earliest, reason);
     if (latest && *latest < now_) {
       return wait(j, intern_reason(fmt::format("deadline {} cannot be met: it should have started by {}; {}",
@@ -335,7 +336,7 @@ class Cycle {
       return false;
     }
     ++result_.stats.migration_searches;
-    auto set = movers_.choose(state_, search_, job.shape, end, std::min(left, config_.max_moves_per_job));
+    auto set = movers_.choose(state_, search_, job.shape, job.tier, end, std::min(left, config_.max_moves_per_job));
     if (!set) {
       migration_failures_.push_back(job.shape_id);
       return false;

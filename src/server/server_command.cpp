@@ -7,8 +7,6 @@
 #include "common/stop_signals.h"
 
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "server/idle_reclaim.h"
 #include "server/server.h"
@@ -23,25 +21,6 @@ constexpr int kFailed = 1;
 int fail(const Error& error) {
   std::fprintf(stderr, "cnlab server: %s\n", error.to_string().c_str());
   return error.code == ErrorCode::kInvalidArgument || error.code == ErrorCode::kAlreadyExists ? kBadInput : kFailed;
-}
-
-// The scheduler's policy from a JSON file (sched::policy_config_from_json); errors name the file.
-Result<sched::PolicyConfig> read_scheduler_config(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Error::invalid_argument("--scheduler-config", path, "cannot be read");
-  std::stringstream text;
-  text << in.rdbuf();
-  Json json = Json::parse(text.str(), nullptr, false);
-  if (json.is_discarded() || !json.is_object()) {
-    return Error::invalid_argument("--scheduler-config", path, "must hold a JSON object (see docs/scheduler.md)");
-  }
-  auto config = sched::policy_config_from_json(json);
-  if (!config) {
-    Error error = config.error();
-    error.field = "--scheduler-config " + path + ": " + error.field;
-    return error;
-  }
-  return config;
 }
 
 int serve(ServerConfig config) {
@@ -140,7 +119,7 @@ void add_server_commands(CLI::App& app) {
     }
     config->migration_timeout = *timeout;
     if (!scheduler_config->empty()) {
-      auto policy = read_scheduler_config(*scheduler_config);
+      auto policy = sched::policy_config_from_file(*scheduler_config, "--scheduler-config");
       if (!policy) std::exit(fail(policy.error()));
       config->policy = std::move(*policy);
     }

@@ -36,7 +36,7 @@ constexpr auto kProgressPoll = std::chrono::milliseconds(100);
 // mistake gets CNLab's message and exit code 2 rather than CLI11's own (as `sim alloc` does).
 struct ReplayFlags {
   std::vector<std::string> trace, nodes, cluster, policies, out, cycle_interval, sample_every, checkpoint_every,
-      checkpointable, power_down_after, cpu_per_gpu, memory_per_gpu;
+      checkpointable, power_down_after, cpu_per_gpu, memory_per_gpu, scheduler_config;
   bool migrations = false;
 };
 
@@ -94,12 +94,12 @@ HostPerGpu host_flags(const ReplayFlags& given) {
   return host;
 }
 
-// The production scheduler with live migration for room on: a waiting job may move up to 4
-// running jobs, 8 moves per cycle, each job at most once an hour, GPU jobs included (the replay
-// assumes nodes with cuda-checkpoint).
-sched::PolicyConfig moves_config() {
-  sched::PolicyConfig config;
-  config.max_migrations_per_cycle = 8;
+// `config` with live migration for room on: 8 moves per cycle unless it names another number, its
+// other migration settings as they are (by default a waiting job moves up to 4 jobs of its tier or
+// below, each at most once an hour), GPU jobs always included: the replay assumes nodes with
+// cuda-checkpoint.
+sched::PolicyConfig moves_config(sched::PolicyConfig config) {
+  if (config.max_migrations_per_cycle == 0) config.max_migrations_per_cycle = 8;
   config.migrate_gpu_jobs = true;
   return config;
 }
@@ -108,9 +108,11 @@ std::string describe_moves(const sched::PolicyConfig& c) {
   return fmt::format(
       "cnlab+moves is cnlab that may also move running checkpointable jobs live to make room for a waiting job "
       "(at most {} moves per waiting job and {} per cycle, a job at most once per {}, for jobs that would wait "
-      "longer than {}); a move pauses its job {} ms + {} ms per GiB of host memory, and the job ends that much later",
+      "longer than {}, movers {}); a move pauses its job {} ms + {} ms per GiB of host memory, and the job ends "
+      "that much later",
       c.max_moves_per_job, c.max_migrations_per_cycle, format_duration(c.migration_cooldown),
-      format_duration(c.migrate_after_wait), c.migration_pause_base.count(), c.migration_pause_per_gib.count());
+      format_duration(c.migrate_after_wait), c.move_higher_tiers ? "of any tier" : "of the job's tier or below",
+      c.migration_pause_base.count(), c.migration_pause_per_gib.count());
 }
 
 void run_replay_command(const ReplayFlags& given, const std::vector<std::string>& extras) {
@@ -118,7 +120,7 @@ void run_replay_command(const ReplayFlags& given, const std::vector<std::string>
     fail(kBadInput, Error::invalid_argument("argument", extras[0],
                                             "unknown; allowed: --trace, --nodes, --cluster, --policies, --out, "
                                             "--cycle-interval, --sample-every, --checkpoint-every, --checkpointable, "
-                                            "--power-down-after, --cpu-per-gpu, --memory-per-gpu, --migrations "
+                                            "--power-down-after, --cpu-per-gpu, --memory-per-gpu, --migrations, --scheduler-config "
                                             "(see cnlab sim replay --help)"));
   }
   const std::string trace_path = single("--trace", given.trace);
@@ -178,16 +180,26 @@ void run_replay_command(const ReplayFlags& given, const std::vector<std::string>
     fail(kBadInput, Error::invalid_argument("--out", out_dir, fmt::format("cannot create the output directory: {}", ec.message())));
   }
 
+  sched::PolicyConfig scheduler;
+  const std::string scheduler_file = single("--scheduler-config", given.scheduler_config);
+  if (!scheduler_file.empty()) {
+    auto read = sched::policy_config_from_file(scheduler_file, "--scheduler-config");
+    if (!read) fail(kBadInput, read.error());
+    scheduler = std::move(*read);
+    options.scheduler_settings = "--scheduler-config " + scheduler_file + ": " + to_json(scheduler).dump();
+  }
+
   // One thread per policy: the runs share nothing but the trace and the nodes, read-only.
   std::vector<std::unique_ptr<ReplayPolicy>> made;
   for (const std::string& key : policies) {
-    auto policy = make_replay_policy(key);
+    auto policy = key == "cnlab" ? Result<std::unique_ptr<ReplayPolicy>>(std::make_unique<CnlabReplayPolicy>(scheduler))
+                                 : make_replay_policy(key);
     if (!policy) fail(kBadInput, policy.error());
     made.push_back(std::move(*policy));
   }
   if (given.migrations) {
-    made.push_back(std::make_unique<CnlabReplayPolicy>(moves_config(), "cnlab+moves"));
-    options.migration_settings = describe_moves(moves_config());
+    made.push_back(std::make_unique<CnlabReplayPolicy>(moves_config(scheduler), "cnlab+moves"));
+    options.migration_settings = describe_moves(moves_config(scheduler));
   }
   std::vector<std::atomic<uint64_t>> progress(made.size());
   std::vector<ReplayOptions> per_policy(made.size(), options);
@@ -257,6 +269,8 @@ void add_replay_command(CLI::App& sim) {
   add_text_flag(replay, "--power-down-after", flags->power_down_after, "A node idle this long could be powered down (default 30m)");
   add_text_flag(replay, "--cpu-per-gpu", flags->cpu_per_gpu, "--cluster nodes: CPU cores per GPU (default 16)");
   add_text_flag(replay, "--memory-per-gpu", flags->memory_per_gpu, "--cluster nodes: host memory per GPU (default 128Gi)");
+  add_text_flag(replay, "--scheduler-config", flags->scheduler_config,
+                "JSON file of scheduler settings for cnlab (and cnlab+moves), as `cnlab server --scheduler-config` takes");
   replay->add_flag("--migrations", flags->migrations,
                    "Also run cnlab+moves: CNLab's scheduler that may move running checkpointable jobs live to make room "
                    "for waiting ones (each move costs its job a pause)");

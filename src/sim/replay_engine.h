@@ -54,7 +54,9 @@ struct ReplayOptions {
   Duration checkpoint_every = 30 * kMinute;
   Duration power_down_after = 30 * kMinute;
   CheckpointRule checkpointable;
-  // For the report: how a policy that moves jobs was set up (empty: none does).
+  // For the report: the scheduler settings cnlab ran with (empty: the defaults), and how a policy
+  // that moves jobs was set up (empty: none does).
+  std::string scheduler_settings;
   std::string migration_settings;
   // Check after every cycle that no GPU, CPU or memory is over-committed (for tests; costs a scan).
   bool verify = false;

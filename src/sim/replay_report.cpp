@@ -150,6 +150,7 @@ std::string replay_summary_markdown(const ReplayReport& r) {
       format_duration(r.options.cycle_interval), format_duration(r.options.sample_every),
       format_duration(r.options.checkpoint_every), r.options.checkpointable.to_string(),
       format_duration(r.options.power_down_after));
+  if (!r.options.scheduler_settings.empty()) md += "- Scheduler: " + r.options.scheduler_settings + "\n";
   if (!r.options.migration_settings.empty()) md += "- Migrations: " + r.options.migration_settings + "\n";
   if (openb) {
     md += fmt::format(

@@ -113,11 +113,26 @@ TEST(Migration, AJobThatStartsSoonByItsReservationWaitsInstead) {
   EXPECT_EQ(run_cycle(s, with_moves()).migrations.size(), 1u);
 }
 
+TEST(Migration, AJobMovesNoWorkOfAHigherTierUnlessTheConfigurationAllowsIt) {
+  Snapshot s = split_nodes({.priority_class = "production", .checkpointable = true},
+                           {.priority_class = "inference", .checkpointable = true});
+  CycleResult r = run_cycle(s, with_moves());
+  EXPECT_TRUE(r.migrations.empty());
+  EXPECT_FALSE(placed(r, 2));
+  PolicyConfig any_tier = with_moves();
+  any_tier.move_higher_tiers = true;
+  EXPECT_EQ(run_cycle(s, any_tier).migrations.size(), 1u);
+}
+
 TEST(Migration, TheCheapestMoveWinsLowerTiersAndLessMemoryFirst) {
   // Equal in blocks: the opportunistic job moves rather than the production one.
   Snapshot s = split_nodes({.priority_class = "production", .checkpointable = true},
                            {.priority_class = "opportunistic", .checkpointable = true});
-  EXPECT_EQ(moved(run_cycle(s, with_moves())), std::vector<JobIndex>{1});
+  PolicyConfig any_tier = with_moves();
+  any_tier.move_higher_tiers = true;
+  EXPECT_EQ(moved(run_cycle(s, any_tier)), std::vector<JobIndex>{1});
+  s.jobs[1].spec.priority_class = "inference";  // now the production job is the cheaper one
+  EXPECT_EQ(moved(run_cycle(s, any_tier)), std::vector<JobIndex>{0});
   // Same tier: the job with less host memory (a shorter pause) moves.
   s = split_nodes({.memory_mib = 4096, .checkpointable = true}, {.memory_mib = 64 * 1024, .checkpointable = true});
   CycleResult r = run_cycle(s, with_moves());
@@ -184,12 +199,30 @@ TEST(Migration, NoMoveWhenTheMoversFitNowhereElse) {
   EXPECT_EQ(r.stats.migration_searches, 1u);
 }
 
+TEST(Migration, AMoveComesBeforeAnEvictionWhichWouldLoseWork) {
+  // An inference job asking for two GPUs of one node may pre-empt the dev job on node a, or have it
+  // moved to node b's free GPU: it moves.
+  Snapshot s = snapshot_of({gpu_node("a", "h100", 2), gpu_node("b", "h100", 2)},
+                           {running_job("dev", "h100", "a", {whole_gpu(0)}, kHour, {.checkpointable = true}),
+                            running_job("fill", "h100", "b", {whole_gpu(0)}, kHour),
+                            pending_job("serve", "h100x2", {.priority_class = "inference"})});
+  CycleResult r = run_cycle(s, with_moves());
+  EXPECT_TRUE(r.preemptions.empty());
+  ASSERT_EQ(moved(r), std::vector<JobIndex>{0});
+  EXPECT_EQ(s.nodes[r.migrations[0].to[0].node].meta.name, "b");
+  ASSERT_TRUE(placed(r, 2));
+  EXPECT_EQ(s.nodes[placement_of(r, 2)->nodes[0].node].meta.name, "a");
+  // Without moves it evicts.
+  EXPECT_EQ(run_cycle(s, PolicyConfig{}).preemptions.size(), 1u);
+}
+
 TEST(Migration, PolicyConfigReadsAndWritesItsMigrationKnobs) {
   PolicyConfig config = with_moves(3);
   config.max_moves_per_job = 2;
   config.migration_cooldown = 2 * kHour;
   config.migration_pause_per_gib = std::chrono::milliseconds(700);
   config.migrate_gpu_jobs = false;
+  config.move_higher_tiers = true;
   auto back = policy_config_from_json(to_json(config));
   ASSERT_TRUE(back) << back.error().to_string();
   EXPECT_EQ(back->max_migrations_per_cycle, 3);
@@ -197,6 +230,7 @@ TEST(Migration, PolicyConfigReadsAndWritesItsMigrationKnobs) {
   EXPECT_EQ(back->migration_cooldown, 2 * kHour);
   EXPECT_EQ(back->migration_pause_per_gib, std::chrono::milliseconds(700));
   EXPECT_FALSE(back->migrate_gpu_jobs);
+  EXPECT_TRUE(back->move_higher_tiers);
   auto bad = policy_config_from_json(Json{{"max_moves_per_job", 0}});
   ASSERT_FALSE(bad);
   EXPECT_THAT(bad.error().to_string(), ::testing::HasSubstr("max_moves_per_job"));

@@ -98,15 +98,15 @@ TEST(ReplayEngine, InferencePreemptsOpportunisticUnderCnlabButWaitsUnderFifo) {
 }
 
 TEST(ReplayEngine, AMoveFreesANodeForAWaitingGangAndCostsTheMoverItsPause) {
-  // Two nodes of two H100s. Three long production jobs and a short one arrive at 0 (two per
+  // Two nodes of two H100s. Two long opportunistic jobs and a short one arrive at 0 (two per
   // node); the short one ends at 50, leaving one free GPU on each node. A dev job asking for two
-  // GPUs arrives at 100: without moves it waits for a long job to end (10000); with them one long
-  // job moves beside the other and the pair starts at once.
+  // GPUs arrives at 100 (dev may not pre-empt): without moves it waits for a long job to end
+  // (10000); with them one long job moves beside the other and the pair starts at once.
   ReplayTrace trace = trace_of(
       "submit_time,duration,num_gpus,gpu_share,model,project,class\n"
-      "0,10000,1,,,p,production\n"
-      "0,50,1,,,p,production\n"
-      "0,10000,1,,,p,production\n"
+      "0,10000,1,,,p,opportunistic\n"
+      "0,50,1,,,p,opportunistic\n"
+      "0,10000,1,,,p,opportunistic\n"
       "100,100,2,,,p,dev\n");
   auto nodes = cluster("2:h100x2");
   ReplayRun plain = replay(trace, nodes, "cnlab");
