@@ -27,6 +27,7 @@
 #include "agent/node_report.h"
 #include "agent/runtime/runtime.h"
 #include "agent/server_api.h"
+#include "common/strings.h"
 #include "net/net.h"
 
 #ifndef CNLAB_VERSION
@@ -342,6 +343,20 @@ Status AgentImpl::open() {
   context_.stop_grace = config_.stop_grace;
   context_.checkpoint_grace = config_.checkpoint_grace;
   context_.checkpoints_dir = fs::path(config_.data_dir) / "checkpoints";
+  if (config_.post_copy) {
+    // The page server listens where the node says it can be reached (its --address, a port of it dropped).
+    auto where = parse_host_port(report_input_.address, "--address");
+    const std::string host = where ? where->host : report_input_.address;
+    if (!runtime_->capabilities().checkpoint) {
+      spdlog::warn("post-copy off: this node takes no transparent checkpoints ({})",
+                   runtime_->capabilities().checkpoint_reason);
+    } else if (auto enabled = enable_post_copy(); !enabled) {
+      spdlog::warn("post-copy off: {}", enabled.error().to_string());
+    } else {
+      context_.page_server_address = host;
+      spdlog::info("post-copy migrations on node=\"{}\" page_server_address=\"{}\"", name_, host);
+    }
+  }
   context_.node_address = [this](const std::string& node) { return node_address(node); };
   context_.counters = &counters_;
   context_.start_slots = &start_slots_;

@@ -45,6 +45,10 @@ struct AgentConfig {
   // CRIU, for transparent checkpoints and live migration of checkpointable jobs: empty finds it
   // (find_criu); "none" turns them off (those jobs then save their own state on SIGUSR1).
   std::string criu;
+  // Live migrations post-copy: the job runs on the target as soon as all but its memory arrived,
+  // and pulls the memory from a page server on this node (at `address`) meanwhile. The pages go
+  // over plain TCP, not TLS: for trusted networks. Off: stop-and-copy through the server.
+  bool post_copy = false;
 };
 
 class Agent {

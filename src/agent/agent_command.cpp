@@ -136,6 +136,9 @@ void add_agent_commands(CLI::App& app) {
   cmd->add_option("--criu", c.criu,
                   "The CRIU binary for transparent checkpoints and live migration (default: found in sbin/bin; "
                   "\"none\": off)");
+  cmd->add_flag("--post-copy", c.post_copy,
+                "Live migrations post-copy (CRIU lazy pages): the job runs on the target at once and pulls its memory "
+                "from a page server on this node's --address; the pages go over plain TCP (trusted networks only)");
   cmd->add_flag("--stop-jobs-on-exit", flags->stop_jobs, "Stop the running jobs when the agent stops (default: they keep running and are adopted)");
   cmd->callback([flags] { std::exit(run_agent(*flags)); });
 }

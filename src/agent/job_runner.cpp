@@ -399,6 +399,7 @@ bool JobRunner::prepare_and_start() {
   spec.job_dir = dir_ / "run";
   spec.run_as = context_.run_as;
   if (restore_from) spec.restore_from = *restore_from;
+  if (restore_from && job.status.migration) spec.pages_from = job.status.migration->pages_from;  // post-copy
   auto handle = context_.runtime->start(spec);
   if (!handle && restore_from && !job.status.migration) {
     // The dump does not restore here: the job starts again, its directories as they were then.

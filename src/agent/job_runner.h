@@ -72,6 +72,9 @@ struct RunnerContext {
   // and handed back when the job starts here again.
   std::chrono::milliseconds checkpoint_grace{30000};
   std::filesystem::path checkpoints_dir;  // <data-dir>/checkpoints
+  // Post-copy migrations (`cnlab agent --post-copy`): the address this node's page servers listen
+  // on for a migration's target to pull the memory from; empty: migrations are stop-and-copy.
+  std::string page_server_address;
   // Resolves a node name to the host its agent reported (a gang's MASTER_ADDR).
   std::function<std::string(const std::string& node)> node_address;
   RunnerCounters* counters = nullptr;
@@ -150,8 +153,11 @@ class JobRunner {
   // Why this job cannot be checkpointed transparently here ("" when it can).
   std::string transparent_refusal() const;
   // Dumps the job into dir_/process (replacing an older one) and copies its directories beside
-  // the images while it is stopped or gone.
-  Result<JobHandle::Checkpoint> take_process_checkpoint(JobHandle::AfterDump after);
+  // the images while it is stopped or gone. With `lazy` (post-copy, kLeaveStopped only), the
+  // memory stays out of the images and a page server at context_.page_server_address serves it:
+  // *lazy is set to the dump under way.
+  Result<JobHandle::Checkpoint> take_process_checkpoint(JobHandle::AfterDump after,
+                                                        std::unique_ptr<JobHandle::LazyDump>* lazy = nullptr);
   // A checkpoint was requested: a process one (the job frozen meanwhile), or SIGUSR1 to a job
   // that saves its own.
   void checkpoint_on_request();

@@ -1,11 +1,16 @@
 // JobRunner's transparent (process) checkpoints: taking one, on request and for a migration, and
 // putting one back in place before a restore. See job_runner.h for the layout of dir_/process.
+#include <netdb.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <cstring>
 #include <fstream>
 #include <thread>
 
@@ -24,6 +29,7 @@ constexpr const char* kProcessMeta = "process.json";
 // refer to); run/ is the runtime's own.
 constexpr const char* kCarried[] = {"work", "artifacts", "checkpoint"};
 constexpr auto kMigrationOutcomeWait = 15min;  // beyond the server's --migration-timeout
+constexpr auto kPagesServedWait = 30min;       // for a post-copy target to pull every page
 
 std::string now_text() {
   return format_rfc3339(std::chrono::time_point_cast<std::chrono::seconds>(std::chrono::system_clock::now()));
@@ -32,6 +38,33 @@ std::string now_text() {
 int64_t epoch_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
+}
+
+// A TCP port free on `address` now, for a page server to listen on (the kernel picks it).
+Result<int> free_port(const std::string& address) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (int rc = ::getaddrinfo(address.c_str(), "0", &hints, &found); rc != 0 || !found) {
+    return Error::invalid_argument("--address", address, std::string("cannot be listened on: ") + ::gai_strerror(rc));
+  }
+  const int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int port = -1;
+  if (fd >= 0 && ::bind(fd, found->ai_addr, found->ai_addrlen) == 0) {
+    sockaddr_storage bound{};
+    socklen_t size = sizeof(bound);
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &size) == 0) {
+      port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                               : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    }
+  }
+  const int err = errno;
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(found);
+  if (port <= 0) return Error::invalid_argument("--address", address, "cannot be listened on: " + std::string(std::strerror(err)));
+  return port;
 }
 
 Status copy_tree(const fs::path& from, const fs::path& to) {
@@ -56,14 +89,28 @@ std::string JobRunner::transparent_refusal() const {
   return "";
 }
 
-Result<JobHandle::Checkpoint> JobRunner::take_process_checkpoint(JobHandle::AfterDump after) {
+Result<JobHandle::Checkpoint> JobRunner::take_process_checkpoint(JobHandle::AfterDump after,
+                                                                 std::unique_ptr<JobHandle::LazyDump>* lazy) {
   const fs::path process = dir_ / "process";
   (void)safe_remove_tree(process.string());
   std::error_code ec;
   fs::create_directories(process / "tree", ec);
   if (ec) return Error::internal("mkdir " + (process / "tree").string() + ": " + ec.message());
   ::chmod(process.c_str(), 0700);
-  auto taken = handle_->checkpoint(process / "images", after);
+  Result<JobHandle::Checkpoint> taken = Error::internal("no dump");
+  if (lazy) {
+    auto port = free_port(context_.page_server_address);
+    auto dump = port ? handle_->checkpoint_lazy(process / "images", context_.page_server_address, *port)
+                     : Result<std::unique_ptr<JobHandle::LazyDump>>(port.error());
+    if (dump) {
+      taken = (*dump)->taken();
+      *lazy = std::move(*dump);
+    } else {
+      taken = dump.error();
+    }
+  } else {
+    taken = handle_->checkpoint(process / "images", after);
+  }
   if (!taken) {
     (void)safe_remove_tree(process.string());
     return taken.error();
@@ -73,6 +120,7 @@ Result<JobHandle::Checkpoint> JobRunner::take_process_checkpoint(JobHandle::Afte
     if (!fs::exists(dir_ / name, ec)) continue;
     if (auto copied = copy_tree(dir_ / name, process / "tree" / name); !copied) {
       (void)safe_remove_tree(process.string());
+      if (lazy) lazy->reset();  // stops serving its pages
       if (after == JobHandle::AfterDump::kLeaveStopped) (void)handle_->thaw();  // not left frozen
       return copied.error();
     }
@@ -112,7 +160,15 @@ void JobRunner::migrate_out(OutputReader* reader) {
   migrating_out_ = true;
   const int64_t frozen_at = epoch_ms();
   const std::string taken_at = now_text();
-  auto taken = take_process_checkpoint(JobHandle::AfterDump::kLeaveStopped);
+  // Post-copy where the agent offers it: the memory stays here, served to the target as it runs.
+  std::unique_ptr<JobHandle::LazyDump> lazy;
+  auto taken = take_process_checkpoint(JobHandle::AfterDump::kLeaveStopped,
+                                       context_.page_server_address.empty() ? nullptr : &lazy);
+  if (!taken && !context_.page_server_address.empty()) {
+    spdlog::warn("job post-copy dump failed job=\"{}\" error=\"{}\"; stop-and-copy instead", job_id_,
+                 taken.error().to_string());
+    taken = take_process_checkpoint(JobHandle::AfterDump::kLeaveStopped);
+  }
   if (!taken) {
     migrating_out_ = false;
     return give_up("the dump failed: " + taken.error().message);
@@ -120,24 +176,34 @@ void JobRunner::migrate_out(OutputReader* reader) {
   // What it printed before the freeze goes into its log before anything the target prints.
   std::this_thread::sleep_for(50ms);
   if (reader) (void)ship_logs(*reader, false);
-  std::string digest = upload_checkpoint(dir_ / "process", taken_at,
-                                         {{"Checkpoint-Kind", "process"},
-                                          {"Checkpoint-Purpose", "migration"},
-                                          {"Checkpoint-Frozen-At-Ms", std::to_string(frozen_at)}});
+  std::map<std::string, std::string> headers = {{"Checkpoint-Kind", "process"},
+                                                {"Checkpoint-Purpose", "migration"},
+                                                {"Checkpoint-Frozen-At-Ms", std::to_string(frozen_at)}};
+  if (lazy) headers["Checkpoint-Pages-From"] = lazy->page_server();
+  std::string digest = upload_checkpoint(dir_ / "process", taken_at, headers);
   (void)safe_remove_tree((dir_ / "process").string());
   if (digest.empty()) {
+    lazy.reset();
     (void)handle_->thaw();
     migrating_out_ = false;
     return give_up("its dump could not be stored on the server");
   }
-  spdlog::info("job frozen for migration job=\"{}\" digest=\"{}\" dump_ms={} bytes={}", job_id_, digest,
-               taken->pause.count(), taken->bytes);
+  spdlog::info("job frozen for migration job=\"{}\" digest=\"{}\" dump_ms={} bytes={} post_copy={}", job_id_, digest,
+               taken->pause.count(), taken->bytes, lazy != nullptr);
   // The outcome: the target runs it (the job is no longer ours to see), or it is given back.
   const auto deadline = std::chrono::steady_clock::now() + kMigrationOutcomeWait;
   while (!detached() && std::chrono::steady_clock::now() < deadline) {
     auto job = api_.call("GET", "/v1/jobs/" + job_id_);
     if (!job && job.error().code == ErrorCode::kNotFound) {
       spdlog::info("job migrated away job=\"{}\"", job_id_);
+      if (lazy) {
+        // The target runs it and pulls the rest of its memory: serve until it has every page.
+        if (auto served = lazy->wait_served(kPagesServedWait); served) {
+          spdlog::info("job pages served job=\"{}\"", job_id_);
+        } else {
+          spdlog::error("job pages not all served job=\"{}\" error=\"{}\"", job_id_, served.error().to_string());
+        }
+      }
       migrated_away_ = true;
       migrating_out_ = false;
       request_stop(StopReason::kGone);  // the frozen copy is stopped without a checkpoint
@@ -150,6 +216,7 @@ void JobRunner::migrate_out(OutputReader* reader) {
         for (const auto& b : decoded->status.placement) here |= b.node == context_.node;
         if (here) {
           spdlog::info("job migration rolled back job=\"{}\"; thawing", job_id_);
+          lazy.reset();  // no more pages for the target
           update(*decoded);
           (void)handle_->thaw();
           migrating_out_ = false;
@@ -160,6 +227,7 @@ void JobRunner::migrate_out(OutputReader* reader) {
     pause(100ms);
   }
   // No answer for that long: thaw it rather than leave it frozen.
+  lazy.reset();
   (void)handle_->thaw();
   migrating_out_ = false;
 }

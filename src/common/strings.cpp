@@ -61,4 +61,26 @@ Result<double> parse_double(std::string_view text, std::string_view field) {
   return value;
 }
 
+Result<HostPort> parse_host_port(std::string_view text, std::string_view field) {
+  auto bad = [&] {
+    return Error::invalid_argument(std::string(field), std::string(text.substr(0, 128)),
+                                   "expected HOST:PORT (an IPv6 address in brackets), port 1..65535");
+  };
+  const size_t colon = text.rfind(':');
+  if (colon == std::string_view::npos || colon == 0 || text.size() > 262) return bad();
+  std::string_view host = text.substr(0, colon);
+  const bool bracketed = host.front() == '[';
+  if (bracketed) {
+    if (host.size() < 3 || host.back() != ']') return bad();
+    host = host.substr(1, host.size() - 2);
+  }
+  for (char c : host) {
+    const bool v6 = bracketed && (c == ':' || c == '%');
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && !v6) return bad();
+  }
+  auto port = parse_int(text.substr(colon + 1), field);
+  if (!port || *port < 1 || *port > 65535) return bad();
+  return HostPort{std::string(host), static_cast<int>(*port)};
+}
+
 }  // namespace cnlab

@@ -20,4 +20,12 @@ Result<int64_t> parse_int(std::string_view text, std::string_view field);
 // Parses a whole decimal number such as "0.5" or "12".
 Result<double> parse_double(std::string_view text, std::string_view field);
 
+// "HOST:PORT" (an IPv6 address in brackets: "[::1]:80"): HOST of letters, digits, '.' and '-' (or
+// an IPv6 address), PORT 1..65535. The error names `field`, the text and the form.
+struct HostPort {
+  std::string host;  // without brackets
+  int port = 0;
+};
+Result<HostPort> parse_host_port(std::string_view text, std::string_view field);
+
 }  // namespace cnlab

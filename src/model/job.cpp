@@ -110,6 +110,7 @@ Json status_to_json(const JobStatus& status) {
     if (!m.from.empty()) move["from"] = m.from;
     if (m.frozen_at) move["frozen_at"] = format_rfc3339(*m.frozen_at);
     if (m.frozen_at_ms > 0) move["frozen_at_ms"] = m.frozen_at_ms;
+    if (!m.pages_from.empty()) move["pages_from"] = m.pages_from;
     j["migration"] = std::move(move);
   }
   return j;
@@ -308,13 +309,14 @@ JobStatus read_status(JsonReader& r) {
   status.checkpoint_requested_at = r.time("checkpoint_requested_at");
   if (const Json* migration = r.object("migration")) {
     JsonReader m(*migration, r.path_of("migration"));
-    m.only({"to", "requested_at", "from", "frozen_at", "frozen_at_ms"});
+    m.only({"to", "requested_at", "from", "frozen_at", "frozen_at_ms", "pages_from"});
     Migration move;
     move.to = m.string_or("to", "");
     move.requested_at = detail::required_time(m, "requested_at");
     move.from = m.string_or("from", "");
     move.frozen_at = m.time("frozen_at");
     move.frozen_at_ms = m.integer_or("frozen_at_ms", 0, 0, INT64_MAX);
+    move.pages_from = m.string_or("pages_from", "");
     if (!m.status()) r.fail(m.status().error());
     status.migration = std::move(move);
   }

@@ -150,6 +150,9 @@ struct Migration {
   std::string from;               // set once the source's dump is stored
   std::optional<Time> frozen_at;  // when the source froze it: the pause starts here
   int64_t frozen_at_ms = 0;       // the same, in milliseconds since the epoch (for the pause)
+  // Post-copy: "host:port" of the source's page server, which the target pulls the job's memory
+  // from (the dump it stored holds all but the memory). Empty: stop-and-copy.
+  std::string pages_from = "";
   bool operator==(const Migration&) const = default;
 };
 

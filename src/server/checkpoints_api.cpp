@@ -30,6 +30,8 @@ constexpr const char* kTakenAtHeader = "checkpoint-taken-at";
 constexpr const char* kKindHeader = "checkpoint-kind";
 // "migration": the dump of a job being migrated; once stored, the job is bound to its target.
 constexpr const char* kPurposeHeader = "checkpoint-purpose";
+constexpr const char* kPagesFromHeader = "checkpoint-pages-from";
+
 constexpr const char* kFrozenAtHeader = "checkpoint-frozen-at-ms";
 
 // Writes of archives and the removal of those no job names go one at a time, so that a removal
@@ -108,6 +110,13 @@ net::Response Api::put_checkpoint(const Call& call) {
     }
     frozen_at_ms = *parsed;
   }
+  // Post-copy: where the source's page server serves the memory the dump leaves out.
+  const std::string pages_from = call.request.header(kPagesFromHeader);
+  if (!pages_from.empty() && (purpose != "migration" || !parse_host_port(pages_from, kPagesFromHeader))) {
+    return error_response(Error::invalid_argument(
+        "Checkpoint-Pages-From", pages_from.substr(0, 128),
+        "HOST:PORT of the source's page server (an IPv6 address in brackets), on a migration's dump only"));
+  }
   const std::string& body = call.request.body;
   const size_t limit = ctx_.config.max_checkpoint_bytes;
   if (body.size() > limit) {
@@ -169,6 +178,7 @@ net::Response Api::put_checkpoint(const Call& call) {
             return Error::of(ErrorCode::kConflict, "job", id, "no migration of the job from " + caller.node + " is under way");
           }
           bind_to_migration_target(job, caller.node, frozen_at_ms, call.now);
+          job.status.migration->pages_from = pages_from;
         }
         return true;
       },

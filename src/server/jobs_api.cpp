@@ -609,12 +609,21 @@ net::Response Api::report_job_status(const Call& call) {
                                      .count();
           const int64_t pause_ms = move.frozen_at_ms > 0 ? now_ms - move.frozen_at_ms : 0;
           job.status.migration.reset();
+          if (!move.pages_from.empty() && job.status.checkpoint) {
+            // A post-copy dump holds no memory: the job never resumes from it, but from the one before.
+            job.status.checkpoint.reset();
+            if (!job.status.older_checkpoints.empty()) {
+              job.status.checkpoint = job.status.older_checkpoints.front();
+              job.status.older_checkpoints.erase(job.status.older_checkpoints.begin());
+            }
+          }
           job.status.phase = model::JobPhase::kRunning;
           job.status.attempts += 1;  // a new attempt: its node numbers its log lines afresh
           job.status.attempt_nodes = {call.caller.node};
           job.status.events.push_back(event(model::JobEventType::kMigrated, call.now,
-                                            fmt::format("migrated from {} to {}; paused {} ms{}", move.from,
-                                                        call.caller.node, std::max<int64_t>(0, pause_ms),
+                                            fmt::format("migrated from {} to {}{}; paused {} ms{}", move.from,
+                                                        call.caller.node, move.pages_from.empty() ? "" : " (post-copy)",
+                                                        std::max<int64_t>(0, pause_ms),
                                                         message.empty() ? "" : "; " + message)));
           return true;
         }

@@ -183,6 +183,51 @@ TEST_F(MigrationTest, APreemptedJobIsDumpedAndResumesExactlyWhereItWas) {
   EXPECT_EQ(lines.back(), "file ok 50") << ::testing::PrintToString(lines) << events(id);
 }
 
+// Post-copy (`cnlab agent --post-copy`): the target runs the job as soon as all but its memory has
+// arrived and pulls the memory from the source's page server meanwhile (CRIU lazy pages).
+const std::vector<std::string> kPostCopy = {"--post-copy", "--address", "127.0.0.1"};
+
+TEST_F(MigrationTest, APostCopyMigrationRunsTheJobOnTheTargetAndPullsItsMemoryFromTheSource) {
+  add_agent("node-a", "h100", kPostCopy);
+  std::string id = submit_counter(60);
+  ASSERT_TRUE(eventually([&] { return last_tick(id) >= 10; }, 20s)) << agents_[0]->log();
+  add_agent("node-b", "h100", kPostCopy);
+
+  auto [code, said] = cnlab("migrate " + id + " --to node-b --timeout 60");
+  EXPECT_EQ(code, 0) << said << agents_[0]->log() << agents_[1]->log();
+  ASSERT_TRUE(has_event(id, "Migrated")) << events(id) << agents_[0]->log() << agents_[1]->log();
+  EXPECT_THAT(events(id), HasSubstr("migrated from node-a to node-b (post-copy); paused"));
+  EXPECT_THAT(agents_[0]->log(), HasSubstr("job checkpointed for post-copy job=\"" + id + "\""));
+  // The dump holds no memory: the job never resumes from it (it had no checkpoint before).
+  EXPECT_FALSE(get_job(*admin_, id)["status"].contains("checkpoint")) << get_job(*admin_, id).dump();
+
+  Json ended = wait_for_end(id, 60s);
+  ASSERT_EQ(ended["status"]["phase"], "Succeeded") << ended.dump() << agents_[1]->log();
+  const auto lines = texts(logs(id));
+  expect_unbroken(ticks(lines), 60);
+  EXPECT_EQ(lines.back(), "file ok 60");
+  EXPECT_TRUE(eventually([&] { return agents_[0]->log().find("job pages served job=\"" + id + "\"") != std::string::npos; }))
+      << agents_[0]->log();
+  EXPECT_THAT(agents_[1]->log(), HasSubstr("job pages pulled job=\"" + id + "\""));
+}
+
+TEST_F(MigrationTest, APostCopyMigrationWhoseTargetDiesLeavesTheJobRunningOnTheSource) {
+  add_agent("node-a", "h100", kPostCopy);
+  add_agent("node-b", "h100", kPostCopy);
+  std::string id = submit_counter(0);
+  ASSERT_TRUE(eventually([&] { return last_tick(id) >= 5; }, 20s));
+  const std::string source = placed_on(id), target = source == "node-a" ? "node-b" : "node-a";
+  agents_[source == "node-a" ? 1 : 0]->stop(SIGKILL);
+  call(*admin_, "POST", "/v1/jobs/" + id + "/migrate", 202, {{"to", target}});
+  ASSERT_TRUE(eventually([&] { return has_event(id, "MigrationFailed"); }, 30s)) << events(id);
+  const int at = last_tick(id);
+  ASSERT_TRUE(eventually([&] { return last_tick(id) >= at + 10; }, 20s))
+      << "thawed on the source" << agents_[source == "node-a" ? 0 : 1]->log();
+  EXPECT_EQ(placed_on(id), source);
+  expect_unbroken(ticks(texts(logs(id))), at + 10);
+  cancel_and_wait(id);
+}
+
 TEST_F(MigrationTest, ATargetThatDiesMidMigrationLeavesTheJobRunningOnTheSource) {
   add_agent("node-a", "h100");
   add_agent("node-b", "h100");

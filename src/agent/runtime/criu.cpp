@@ -166,18 +166,41 @@ std::vector<std::string> environment() {
   return {"CRIU_FAULT=130", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"};
 }
 
+std::string to_string(const PageServer& server) {
+  if (server.address.find(':') != std::string::npos) return fmt::format("[{}]:{}", server.address, server.port);
+  return fmt::format("{}:{}", server.address, server.port);
+}
+
+Result<PageServer> parse_page_server(std::string_view text, std::string_view field) {
+  auto parsed = parse_host_port(text, field);
+  if (!parsed) return parsed.error();
+  return PageServer{parsed->host, parsed->port};
+}
+
 std::vector<std::string> dump_args(const std::string& criu, pid_t pid, const fs::path& images, const fs::path& log,
-                                   Leave leave) {
+                                   Leave leave, const PageServer* lazy) {
   std::vector<std::string> args = {criu, "dump", "--tree", std::to_string(pid), "--images-dir", images.string(),
                                    "--log-file", log.string(), "--manage-cgroups=ignore", "--file-locks"};
   if (leave == Leave::kRunning) args.push_back("--leave-running");
   if (leave == Leave::kStopped) args.push_back("--leave-stopped");
+  if (lazy) {
+    for (std::string a : {std::string("--lazy-pages"), std::string("--address"), lazy->address, std::string("--port"),
+                          std::to_string(lazy->port), std::string("--status-fd"), std::string("3")}) {
+      args.push_back(std::move(a));
+    }
+  }
   return args;
+}
+
+std::vector<std::string> lazy_pages_args(const std::string& criu, const fs::path& images, const fs::path& log,
+                                         const PageServer& from) {
+  return {criu,         "lazy-pages",      "--page-server", "--address",  from.address, "--port",
+          std::to_string(from.port), "--images-dir", images.string(), "--log-file", log.string()};
 }
 
 std::vector<std::string> restore_args(const std::string& criu, const fs::path& images, const fs::path& log,
                                       const fs::path& pid_file, const Pipes& pipes, int status_fd, int stdout_fd,
-                                      int stderr_fd) {
+                                      int stderr_fd, bool lazy) {
   // --root /: the job's mount namespace is restored from the images over this machine's root.
   std::vector<std::string> args = {criu, "restore", "--images-dir", images.string(), "--log-file", log.string(),
                                    "--restore-detached", "--root", "/", "--manage-cgroups=ignore", "--file-locks",
@@ -190,10 +213,11 @@ std::vector<std::string> restore_args(const std::string& criu, const fs::path& i
   inherit(status_fd, pipes.status_pipe);
   inherit(stdout_fd, pipes.stdout_pipe);
   inherit(stderr_fd, pipes.stderr_pipe);
+  if (lazy) args.push_back("--lazy-pages");
   return args;
 }
 
-Result<RunResult> run(const std::vector<std::string>& args, milliseconds timeout) {
+Result<pid_t> spawn(const std::vector<std::string>& args, int status_fd) {
   std::vector<std::string> args_copy = args;
   std::vector<char*> argv;
   for (auto& arg : args_copy) argv.push_back(arg.data());
@@ -210,20 +234,23 @@ Result<RunResult> run(const std::vector<std::string>& args, milliseconds timeout
   posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
   posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addclosefrom_np(&actions, 3);
+  if (status_fd >= 0) posix_spawn_file_actions_adddup2(&actions, status_fd, 3);
+  posix_spawn_file_actions_addclosefrom_np(&actions, status_fd >= 0 ? 4 : 3);
   sigset_t none, all;
   sigemptyset(&none);
   sigfillset(&all);
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setsigdefault(&attr, &all);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  const auto started = steady_clock::now();
   pid_t pid = 0;
   const int rc = ::posix_spawn(&pid, argv[0], &actions, &attr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   if (rc != 0) return Error::of(ErrorCode::kFailedPrecondition, "criu", args[0], "cannot run: " + errno_text(rc));
+  return pid;
+}
 
+RunResult wait(pid_t pid, steady_clock::time_point started, milliseconds timeout) {
   RunResult result;
   int status = 0;
   bool exited = false;
@@ -244,6 +271,13 @@ Result<RunResult> run(const std::vector<std::string>& args, milliseconds timeout
   result.took = std::chrono::duration_cast<milliseconds>(steady_clock::now() - started);
   if (exited && WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
   return result;
+}
+
+Result<RunResult> run(const std::vector<std::string>& args, milliseconds timeout) {
+  const auto started = steady_clock::now();
+  auto pid = spawn(args);
+  if (!pid) return pid.error();
+  return wait(*pid, started, timeout);
 }
 
 Status check(const std::string& criu, milliseconds timeout) {

@@ -33,16 +33,33 @@ Result<Pipes> decode_pipes(std::string_view text);
 // CRIU_FAULT=130 and a PATH for the helpers CRIU runs.
 std::vector<std::string> environment();
 
+// Where a post-copy dump serves the job's memory from (CRIU's page server, plain TCP).
+struct PageServer {
+  std::string address;
+  int port = 0;
+};
+// "host:port" ("[v6]:port" for IPv6) and back; errors name `field`.
+std::string to_string(const PageServer& server);
+Result<PageServer> parse_page_server(std::string_view text, std::string_view field);
+
 // `criu dump` of the tree whose root (the job's init) is `pid`, into `images`. Afterwards CRIU
-// kills the tree, or leaves it running, or leaves it stopped.
+// kills the tree, or leaves it running, or leaves it stopped. With `lazy` (post-copy), the memory
+// is not written: once everything else is, CRIU writes a byte to descriptor 3 (`--status-fd`) and
+// serves the pages from its page server at `lazy` until a `criu lazy-pages` has pulled them all.
 enum class Leave { kNothing, kRunning, kStopped };
 std::vector<std::string> dump_args(const std::string& criu, pid_t pid, const std::filesystem::path& images,
-                                   const std::filesystem::path& log, Leave leave);
+                                   const std::filesystem::path& log, Leave leave, const PageServer* lazy = nullptr);
+// `criu lazy-pages` beside a `restore --lazy-pages` of `images`: pulls the pages, on demand and in
+// the background, from the dump's page server at `from`; exits once it has them all.
+std::vector<std::string> lazy_pages_args(const std::string& criu, const std::filesystem::path& images,
+                                         const std::filesystem::path& log, const PageServer& from);
 // `criu restore --restore-detached` of `images`, the new pipes' write ends at the given
 // descriptors of the CRIU process, the restored root's pid written to `pid_file`.
+// With `lazy`, the memory comes from a `criu lazy-pages` started beside it (lazy_pages_args).
 std::vector<std::string> restore_args(const std::string& criu, const std::filesystem::path& images,
                                       const std::filesystem::path& log, const std::filesystem::path& pid_file,
-                                      const Pipes& pipes, int status_fd, int stdout_fd, int stderr_fd);
+                                      const Pipes& pipes, int status_fd, int stdout_fd, int stderr_fd,
+                                      bool lazy = false);
 
 struct RunResult {
   bool timed_out = false;
@@ -52,6 +69,10 @@ struct RunResult {
 // Runs a CRIU command (stdio to /dev/null, environment() as its environment) and waits for it up
 // to `timeout`, after which it is killed with SIGKILL.
 Result<RunResult> run(const std::vector<std::string>& argv, std::chrono::milliseconds timeout);
+// The same in two steps: start it (with `status_fd`, when not -1, as its descriptor 3), and wait
+// for it up to `timeout` from `started` (then SIGKILL).
+Result<pid_t> spawn(const std::vector<std::string>& argv, int status_fd = -1);
+RunResult wait(pid_t pid, std::chrono::steady_clock::time_point started, std::chrono::milliseconds timeout);
 
 // `criu check`: ok when CRIU can checkpoint on this machine; otherwise why not.
 Status check(const std::string& criu, std::chrono::milliseconds timeout);

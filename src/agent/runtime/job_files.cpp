@@ -182,6 +182,7 @@ std::string encode(const LaunchSpec& spec) {
     json["restore_from"] = spec.restore_from;
     json["criu"] = spec.criu;
     json["restore_timeout_ms"] = spec.restore_timeout_ms;
+    if (spec.restore_lazy) json["restore_lazy"] = true;
   }
   return dump(json);
 }
@@ -199,6 +200,7 @@ Result<LaunchSpec> decode_spec(std::string_view text) {
   spec.restore_from = reader.string_or("restore_from", "");
   spec.criu = reader.string_or("criu", "");
   spec.restore_timeout_ms = reader.integer_or("restore_timeout_ms", 120000, 1, INT32_MAX);
+  spec.restore_lazy = reader.boolean_or("restore_lazy", false);
   spec.hostname = reader.string_or("hostname", "");
   spec.namespaces = reader.boolean_or("namespaces", false);
   spec.switch_user = reader.boolean_or("switch_user", false);

@@ -68,6 +68,7 @@ struct LaunchSpec {
   std::string restore_from;
   std::string criu;
   int64_t restore_timeout_ms = 120000;
+  bool restore_lazy = false;  // post-copy: the memory comes from a `criu lazy-pages` beside it
 };
 std::string encode(const LaunchSpec& spec);
 Result<LaunchSpec> decode_spec(std::string_view text);

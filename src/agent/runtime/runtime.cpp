@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <thread>
 
@@ -59,11 +60,33 @@ struct JobRecord {
 namespace {
 
 constexpr size_t kMaxCgroupName = 64;
+constexpr milliseconds kLazyPagesLimit = std::chrono::minutes(30);  // a post-copy's pages, all of them
 constexpr size_t kMaxHostname = 63;
 constexpr milliseconds kWaitStep{50};  // how often wait() re-checks that the shim is alive
 constexpr milliseconds kRemoveTimeout{1000};
 
 std::string errno_text(int err) { return std::strerror(err); }
+
+// `criu lazy-pages` for a post-copy restore of `images`: it pulls the pages from `from` while the
+// restored job runs, and exits once it has them all. A thread of the agent's reaps it (killing it
+// past kLazyPagesLimit) and logs how it ended.
+Status start_lazy_pages(const std::string& criu, const fs::path& images, const criu::PageServer& from,
+                        const std::string& job_id) {
+  const fs::path log = images / "lazy-pages.log";
+  const auto started = std::chrono::steady_clock::now();
+  auto pid = criu::spawn(criu::lazy_pages_args(criu, images, log, from));
+  if (!pid) return pid.error();
+  std::thread([pid = *pid, started, log, job_id] {
+    criu::RunResult ran = criu::wait(pid, started, kLazyPagesLimit);
+    if (ran.exit_code == 0) {
+      spdlog::info("job pages pulled job=\"{}\" took_ms={}", job_id, ran.took.count());
+    } else {
+      spdlog::error("job pages not all pulled job=\"{}\" error=\"{}\"", job_id,
+                    ran.timed_out ? "timed out" : criu::log_errors(log));
+    }
+  }).detach();
+  return {};
+}
 
 constexpr int kCapSysResource = 24;
 
@@ -516,7 +539,7 @@ Status JobHandle::signal(int sig) const {
 
 Status JobHandle::send_checkpoint_signal() const { return signal(SIGUSR1); }
 
-Result<JobHandle::Checkpoint> JobHandle::checkpoint(const fs::path& images, AfterDump after) const {
+Status JobHandle::prepare_dump(const fs::path& images) const {
   const JobRecord& record = *record_;
   if (record.criu.empty()) {
     return Error::failed_precondition("job " + record.job_id + ": this runtime takes no transparent checkpoints");
@@ -539,7 +562,21 @@ Result<JobHandle::Checkpoint> JobHandle::checkpoint(const fs::path& images, Afte
   }
   ::chmod(images.c_str(), 0700);
   const criu::Pipes pipes{state->stdout_pipe, state->stderr_pipe, state->status_pipe};
-  if (auto s = jobfiles::write_atomic(images, criu::kPipesFile, criu::encode(pipes)); !s) return s.error();
+  return jobfiles::write_atomic(images, criu::kPipesFile, criu::encode(pipes));
+}
+
+static uint64_t images_bytes(const fs::path& images) {
+  uint64_t bytes = 0;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(images, ec)) {
+    if (entry.is_regular_file(ec)) bytes += entry.file_size(ec);
+  }
+  return bytes;
+}
+
+Result<JobHandle::Checkpoint> JobHandle::checkpoint(const fs::path& images, AfterDump after) const {
+  const JobRecord& record = *record_;
+  if (auto prepared = prepare_dump(images); !prepared) return prepared.error();
   const fs::path log = images / "dump.log";
   const criu::Leave leave = after == AfterDump::kLeaveRunning   ? criu::Leave::kRunning
                             : after == AfterDump::kLeaveStopped ? criu::Leave::kStopped
@@ -559,12 +596,91 @@ Result<JobHandle::Checkpoint> JobHandle::checkpoint(const fs::path& images, Afte
   }
   Checkpoint taken;
   taken.pause = ran->took;
-  for (const auto& entry : fs::directory_iterator(images, ec)) {
-    if (entry.is_regular_file(ec)) taken.bytes += entry.file_size(ec);
-  }
+  taken.bytes = images_bytes(images);
   spdlog::info("job checkpointed job=\"{}\" images=\"{}\" bytes={} pause_ms={} after={}", record.job_id,
                images.string(), taken.bytes, taken.pause.count(), static_cast<int>(after));
   return taken;
+}
+
+Result<std::unique_ptr<JobHandle::LazyDump>> JobHandle::checkpoint_lazy(const fs::path& images,
+                                                                        const std::string& address, int port) const {
+  const JobRecord& record = *record_;
+  if (auto prepared = prepare_dump(images); !prepared) return prepared.error();
+  const fs::path log = images / "dump.log";
+  int ready[2];
+  if (::pipe2(ready, O_CLOEXEC) != 0) return Error::internal("pipe: " + errno_text(errno));
+  const auto started = std::chrono::steady_clock::now();
+  const criu::PageServer pages{address, port};
+  auto pid = criu::spawn(criu::dump_args(record.criu, record.job_pid, images, log, criu::Leave::kStopped, &pages),
+                         ready[1]);
+  ::close(ready[1]);
+  if (!pid) {
+    ::close(ready[0]);
+    return pid.error();
+  }
+  // CRIU writes its status byte once all but the memory is in the images and the page server
+  // listens; it closes the pipe unwritten when it fails first.
+  pollfd wait_for{ready[0], POLLIN, 0};
+  const int polled = ::poll(&wait_for, 1, static_cast<int>(record.checkpoint_timeout.count()));
+  char byte = 1;
+  const bool is_ready = polled == 1 && ::read(ready[0], &byte, 1) == 1;
+  ::close(ready[0]);
+  Checkpoint taken;
+  taken.pause = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - started);
+  if (!is_ready) {
+    ::kill(*pid, SIGKILL);  // the tasks, if it had stopped them, stay stopped (--leave-stopped)
+    ::waitpid(*pid, nullptr, 0);
+    return Error::of(ErrorCode::kFailedPrecondition, "job", record.job_id,
+                     (polled == 0 ? fmt::format("CRIU did not write the images within {}ms; ",
+                                                record.checkpoint_timeout.count())
+                                  : std::string("CRIU could not dump it for post-copy: ")) +
+                         criu::log_errors(log));
+  }
+  taken.bytes = images_bytes(images);
+  spdlog::info("job checkpointed for post-copy job=\"{}\" images=\"{}\" bytes={} pause_ms={} pages=\"{}\"",
+               record.job_id, images.string(), taken.bytes, taken.pause.count(), criu::to_string(pages));
+  return std::make_unique<LazyDump>(*pid, record.job_id, log, taken, criu::to_string(pages));
+}
+
+Status JobHandle::LazyDump::wait_served(milliseconds timeout) {
+  if (criu_ <= 0) return Error::failed_precondition("job " + job_id_ + ": the post-copy dump was stopped");
+  criu::RunResult ran = criu::wait(criu_, std::chrono::steady_clock::now(), timeout);
+  criu_ = 0;
+  if (ran.timed_out) {
+    return Error::of(ErrorCode::kUnavailable, "job", job_id_,
+                     fmt::format("its pages were not all pulled within {}ms; the page server was stopped", timeout.count()));
+  }
+  if (ran.exit_code != 0) {
+    return Error::of(ErrorCode::kFailedPrecondition, "job", job_id_, "serving its pages failed: " + criu::log_errors(log_));
+  }
+  return {};
+}
+
+void JobHandle::LazyDump::cancel() {
+  if (criu_ <= 0) return;
+  // Its tasks were dumped with --leave-stopped: they stay stopped whatever becomes of CRIU.
+  ::kill(criu_, SIGKILL);
+  ::waitpid(criu_, nullptr, 0);
+  criu_ = 0;
+}
+
+Status enable_post_copy(const fs::path& sysctl) {
+  constexpr int64_t kNeeded = int64_t{4} << 20, kSet = int64_t{8} << 20;
+  auto text = cgroups::read_file(sysctl);
+  if (!text) return Error::failed_precondition("post-copy: cannot read " + sysctl.string() + ": " + text.error().message);
+  auto current = parse_int(trim(*text), sysctl.string());
+  if (!current) return current.error();
+  if (*current >= kNeeded) return {};
+  std::ofstream(sysctl) << kSet;
+  auto after = cgroups::read_file(sysctl);
+  auto now = after ? parse_int(trim(*after), sysctl.string()) : Result<int64_t>(after.error());
+  if (!now || *now < kNeeded) {
+    return Error::failed_precondition(fmt::format("post-copy needs {} of at least {} (CRIU's page pipes); it is {} "
+                                                  "and could not be raised (run the agent as root)",
+                                                  sysctl.string(), kNeeded, *current));
+  }
+  spdlog::info("post-copy enabled: {} raised from {} to {}", sysctl.string(), *current, *now);
+  return {};
 }
 
 std::string find_criu() {
@@ -815,6 +931,13 @@ Result<JobHandle> Runtime::start(const ProcessSpec& spec) {
     launch.restore_from = fs::absolute(spec.restore_from).string();
     launch.criu = impl_->options.criu;
     launch.restore_timeout_ms = impl_->options.checkpoint_timeout.count();
+    if (!spec.pages_from.empty()) {
+      auto from = criu::parse_page_server(spec.pages_from, "pages_from");
+      if (!from) return from.error();
+      auto daemon = start_lazy_pages(impl_->options.criu, launch.restore_from, *from, spec.job_id);
+      if (!daemon) return daemon.error();
+      launch.restore_lazy = true;
+    }
   }
   launch.switch_user = user->switch_user;
   launch.uid = user->uid;

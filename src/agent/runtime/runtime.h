@@ -82,6 +82,9 @@ struct ProcessSpec {
   // files: rewrite_checkpoint_paths): the job is restored from it, exactly where it was, instead
   // of started from argv. Needs capabilities().checkpoint.
   std::filesystem::path restore_from;
+  // "host:port": restore_from holds a post-copy dump's images (JobHandle::checkpoint_lazy), whose
+  // memory is pulled from that page server while the job already runs here (`criu lazy-pages`).
+  std::string pages_from;
   std::string hostname;           // the job's hostname in its UTS namespace; empty: cgroup name
   RunAs run_as;
 };
@@ -185,8 +188,51 @@ class JobHandle {
     uint64_t bytes = 0;  // the images' size
   };
   Result<Checkpoint> checkpoint(const std::filesystem::path& images, AfterDump after) const;
+
+  // A post-copy dump under way (checkpoint_lazy): CRIU has written everything but the job's memory
+  // into the images and serves that memory from its page server until a restore elsewhere
+  // (ProcessSpec::pages_from) has pulled every page. The job stays stopped throughout and after,
+  // as with kLeaveStopped: stop() ends it, thaw() continues it (after cancel()).
+  class LazyDump {
+   public:
+    LazyDump(pid_t criu, std::string job_id, std::filesystem::path log, Checkpoint taken, std::string page_server)
+        : criu_(criu), job_id_(std::move(job_id)), log_(std::move(log)), taken_(taken),
+          page_server_(std::move(page_server)) {}
+    ~LazyDump() { cancel(); }
+    LazyDump(const LazyDump&) = delete;
+    LazyDump& operator=(const LazyDump&) = delete;
+
+    // The freeze until the images (all but the memory) were written, and their size.
+    const Checkpoint& taken() const { return taken_; }
+    // Where the target pulls the memory from: "host:port" (ProcessSpec::pages_from).
+    const std::string& page_server() const { return page_server_; }
+    // Waits up to `timeout` for CRIU to have served every page: ok once it did; an error (CRIU's
+    // log) when it failed or was still serving (it is then stopped).
+    Status wait_served(std::chrono::milliseconds timeout);
+    // Stops serving (a restore still pulling pages then fails); the job stays stopped.
+    void cancel();
+
+   private:
+    pid_t criu_;
+    std::string job_id_;
+    std::filesystem::path log_;
+    Checkpoint taken_;
+    std::string page_server_;
+  };
+  // Like checkpoint(images, kLeaveStopped), post-copy: returns once the images but the memory are
+  // written (within the checkpoint timeout), CRIU's page server listening at `pages` for the rest.
+  // Needs fs.pipe-max-size of at least 4 MiB (Runtime::enable_post_copy).
+  Result<std::unique_ptr<LazyDump>> checkpoint_lazy(const std::filesystem::path& images, const std::string& address,
+                                                    int port) const;
   // Continues every task of a job left stopped by checkpoint(kLeaveStopped).
   Status thaw() const;
+
+ private:
+  // What checkpoint() and checkpoint_lazy() check and write first: the images directory (new,
+  // 0700) and the job's pipes beside it.
+  Status prepare_dump(const std::filesystem::path& images) const;
+
+ public:
 
   // SIGTERM to the command, up to `grace` for it to end, then SIGKILL to the job's whole tree
   // through the shim (the namespace's init, the process group, the cgroup) and up to
@@ -223,6 +269,10 @@ struct RuntimeOptions {
   std::string criu;
   std::chrono::milliseconds checkpoint_timeout{120000};  // a dump's or a restore's longest run
 };
+
+// Post-copy (JobHandle::checkpoint_lazy, ProcessSpec::pages_from) needs fs.pipe-max-size of at
+// least 4 MiB: raises it to 8 MiB where it is lower (root); an error says why it cannot.
+Status enable_post_copy(const std::filesystem::path& sysctl = "/proc/sys/fs/pipe-max-size");
 
 // Where this machine's `criu` is: /usr/local/sbin, /usr/sbin, /sbin, /usr/local/bin, /usr/bin, /bin
 // (install-criu.sh puts it in the first); empty when none is there.

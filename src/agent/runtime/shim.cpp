@@ -531,7 +531,7 @@ Status Shim::launch_restore() {
   }
   const fs::path pid_file = dir_ / "restore.pid";
   std::vector<std::string> args = criu::restore_args(spec_.criu, images, dir_ / "restore.log", pid_file, *pipes,
-                                                     kInitStatusFd, kStdoutFd, kStderrFd);
+                                                     kInitStatusFd, kStdoutFd, kStderrFd, spec_.restore_lazy);
   std::vector<char*> argv;
   for (auto& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
