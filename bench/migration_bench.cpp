@@ -6,10 +6,12 @@
 //                 a migration adds packing, upload and download of the images.
 //  periodic       JobHandle::checkpoint kLeaveStopped then thaw: how long a periodic checkpoint
 //                 freezes the job, per GiB, and the bytes stored.
-//  post-copy      CRIU's lazy pages (dump --lazy-pages with its page server, `criu lazy-pages`,
-//                 restore --lazy-pages), run with criu directly: the reference for the path the
-//                 agents do not take yet. Pause = dump start to the restored process running;
-//                 total = until the last page has arrived.
+//  post-copy      CNLab's post-copy path (`cnlab agent --post-copy`): JobHandle::checkpoint_lazy
+//                 (CRIU writes all but the memory and serves the pages from its page server), the
+//                 images copied (the agents upload and download them), then a restore under a new
+//                 shim with ProcessSpec::pages_from (`criu lazy-pages` pulls the memory while the
+//                 job runs). Pause = dump start to the restored process running; total = until the
+//                 last page has arrived.
 //
 // Needs root and a working CRIU. `migration_bench --sizes 256,1024,4096`.
 #include <fcntl.h>
@@ -124,73 +126,43 @@ void periodic(cnlab::agent::Runtime& runtime, const fs::path& root, int64_t mib)
   fs::remove_all(images, ec);
 }
 
-pid_t spawn(const std::vector<std::string>& args) {
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::setenv("CRIU_FAULT", "130", 1);
-    const int null_fd = ::open("/dev/null", O_RDWR);
-    for (int fd : {0, 1, 2}) ::dup2(null_fd, fd);
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execvp(argv[0], argv.data());
-    ::_exit(127);
-  }
-  return pid;
-}
-
-void post_copy(const std::string& criu, const fs::path& root, int64_t mib) {
-  const fs::path images = root / fmt::format("pc-{}-images", mib), ready = root / "pc-ready";
-  fs::create_directories(images);
-  std::error_code ec;
-  fs::remove(ready, ec);
-  // The process in its own PID namespace and session, as the agent runs jobs.
-  std::string with_ready = holder_script(mib);
-  const std::string say_ready = "print('ready', flush=True)";
-  with_ready.replace(with_ready.find(say_ready), say_ready.size(), "open('" + ready.string() + "', 'w').close()");
-  const pid_t holder_pid = spawn({"unshare", "--pid", "--fork", "setsid", "/usr/bin/python3", "-c", with_ready});
-  const auto deadline = Clock::now() + 300s;
-  while (!fs::exists(ready, ec) && Clock::now() < deadline) std::this_thread::sleep_for(20ms);
-  std::string root_pid;
-  {
-    // unshare's child, the namespace's PID 1: the python process.
-    std::ifstream children(fmt::format("/proc/{}/task/{}/children", holder_pid, holder_pid));
-    children >> root_pid;
-  }
-  if (root_pid.empty()) {
-    std::printf("| post-copy (CRIU lazy pages) | %lld MiB | did not start |\n", static_cast<long long>(mib));
+void post_copy(cnlab::agent::Runtime& runtime, const fs::path& root, int64_t mib) {
+  auto job = runtime.start(holder(root, fmt::format("pc-{}", mib), mib));
+  if (!job || !wait_for_line(*job, "ready", 300s)) {
+    std::printf("| post-copy | %lld MiB | did not start |\n", static_cast<long long>(mib));
     return;
   }
-  // A port of its own per run: the previous run's page server may still hold its port.
-  static int runs = 0;
-  const std::string port = std::to_string(27000 + (::getpid() % 500) * 8 + runs++ % 8);
+  const fs::path images = root / fmt::format("pc-{}-images", mib), shipped = root / fmt::format("pc-{}-shipped", mib);
+  auto port = cnlab::agent::free_tcp_port("127.0.0.1");
   const auto frozen = Clock::now();
-  const pid_t dump = spawn({criu, "dump", "--tree", root_pid, "--images-dir", images.string(), "--log-file", "dump.log",
-                            "--lazy-pages", "--address", "127.0.0.1", "--port", port});
-  // The dump has written everything but the lazy memory once its inventory is there.
-  while (!fs::exists(images / "inventory.img", ec) && Clock::now() < deadline) std::this_thread::sleep_for(2ms);
-  const pid_t lazy = spawn({criu, "lazy-pages", "--page-server", "--address", "127.0.0.1", "--port", port,
-                            "--images-dir", images.string(), "--log-file", "lazy.log"});
-  std::this_thread::sleep_for(20ms);  // the daemon's socket
-  const pid_t restore = spawn({criu, "restore", "--images-dir", images.string(), "--log-file", "restore.log",
-                               "--lazy-pages", "--restore-detached", "--pidfile", (root / fmt::format("pc-{}.pid", mib)).string()});
-  int status = 0;
-  ::waitpid(restore, &status, 0);
-  const double pause_ms = ms_since(frozen);
-  ::waitpid(dump, nullptr, 0);  // serves pages until the target has them all
+  auto dump = port ? job->checkpoint_lazy(images, "127.0.0.1", *port)
+                   : cnlab::Result<std::unique_ptr<JobHandle::LazyDump>>(port.error());
+  if (!dump) {
+    std::printf("| post-copy | %lld MiB | dump failed: %s |\n", static_cast<long long>(mib), dump.error().to_string().c_str());
+    (void)job->stop(1s);
+    return;
+  }
+  const double dump_ms = ms_since(frozen);
+  // What the agent uploads and the target downloads: the images, all but the memory.
+  std::error_code ec;
+  fs::copy(images, shipped, fs::copy_options::recursive, ec);
+  auto spec = holder(root, fmt::format("pc-{}-restored", mib), mib);
+  spec.restore_from = shipped;
+  spec.pages_from = (*dump)->page_server();
+  const auto restoring = Clock::now();
+  auto restored = runtime.start(spec);
+  const double restore_ms = ms_since(restoring), pause_ms = ms_since(frozen);
+  auto served = restored ? (*dump)->wait_served(600s) : cnlab::Status(restored.error());
   const double total_ms = ms_since(frozen);
-  ::kill(lazy, SIGKILL);
-  ::waitpid(lazy, nullptr, 0);
-  std::string restored_pid;
-  std::ifstream(root / fmt::format("pc-{}.pid", mib)) >> restored_pid;
-  const bool restored = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-  std::printf("| post-copy (CRIU lazy pages) | %lld MiB | %.0f ms | all pages after %.0f ms |%s\n",
-              static_cast<long long>(mib), pause_ms, total_ms,
-              restored ? "" : (" restore failed: " + (images / "restore.log").string() + " kept").c_str());
-  if (!restored_pid.empty()) ::kill(std::stoi(restored_pid), SIGKILL);
-  ::kill(holder_pid, SIGKILL);
-  ::waitpid(holder_pid, nullptr, 0);
-  if (restored) fs::remove_all(images, ec);
+  std::printf("| post-copy (CNLab's) | %lld MiB | %.0f ms | dump %.0f + restore %.0f; all pages after %.0f ms | %.1f MiB "
+              "images |%s\n",
+              static_cast<long long>(mib), pause_ms, dump_ms, restore_ms, total_ms,
+              static_cast<double>((*dump)->taken().bytes) / (1 << 20),
+              served ? "" : (" failed: " + served.error().to_string()).c_str());
+  if (restored) (void)restored->stop(1s);
+  (void)job->stop(1s);
+  fs::remove_all(images, ec);
+  fs::remove_all(shipped, ec);
 }
 
 }  // namespace
@@ -201,7 +173,7 @@ int main(int argc, char** argv) {
   bool skip_post_copy = false;
   app.add_option("--sizes", sizes, "Resident memory of the process, MiB, comma-separated")->capture_default_str();
   app.add_option("--shim", shim, "The shim executable (default: cnlab-shim beside this binary's directory)");
-  app.add_flag("--no-post-copy", skip_post_copy, "Skip CRIU's lazy-pages reference");
+  app.add_flag("--no-post-copy", skip_post_copy, "Skip the post-copy rows");
   CLI11_PARSE(app, argc, argv);
   if (::geteuid() != 0) {
     std::fprintf(stderr, "migration_bench: CRIU needs root\n");
@@ -225,8 +197,10 @@ int main(int argc, char** argv) {
                  runtime ? (*runtime)->capabilities().checkpoint_reason.c_str() : runtime.error().to_string().c_str());
     return 2;
   }
-  // Lazy pages move memory through pipes of up to 4 MiB.
-  std::ofstream("/proc/sys/fs/pipe-max-size") << (8 << 20);
+  if (auto enabled = cnlab::agent::enable_post_copy(); !enabled && !skip_post_copy) {
+    std::fprintf(stderr, "migration_bench: %s\n", enabled.error().to_string().c_str());
+    return 2;
+  }
   char dir_template[] = "/tmp/cnlab-migration-bench-XXXXXX";
   const fs::path root = ::mkdtemp(dir_template);
   std::printf("machine: %u hardware threads; criu %s; images on %s\n\n", std::thread::hardware_concurrency(),
@@ -241,13 +215,11 @@ int main(int argc, char** argv) {
     }
     stop_and_copy(**runtime, root, *mib);
     periodic(**runtime, root, *mib);
-    if (!skip_post_copy) post_copy(criu, root, *mib);
+    if (!skip_post_copy) post_copy(**runtime, root, *mib);
     std::fflush(stdout);
   }
   (void)(*runtime)->remove_cgroup_parent();
   std::error_code ec;
-  bool kept = false;
-  for (const auto& entry : fs::directory_iterator(root, ec)) kept |= entry.path().filename().string().rfind("pc-", 0) == 0;
-  if (!kept) fs::remove_all(root, ec);
+  fs::remove_all(root, ec);
   return 0;
 }

@@ -1,16 +1,11 @@
 // JobRunner's transparent (process) checkpoints: taking one, on request and for a migration, and
 // putting one back in place before a restore. See job_runner.h for the layout of dir_/process.
-#include <netdb.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include <cstring>
 #include <fstream>
 #include <thread>
 
@@ -38,33 +33,6 @@ std::string now_text() {
 int64_t epoch_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-// A TCP port free on `address` now, for a page server to listen on (the kernel picks it).
-Result<int> free_port(const std::string& address) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  if (int rc = ::getaddrinfo(address.c_str(), "0", &hints, &found); rc != 0 || !found) {
-    return Error::invalid_argument("--address", address, std::string("cannot be listened on: ") + ::gai_strerror(rc));
-  }
-  const int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  int port = -1;
-  if (fd >= 0 && ::bind(fd, found->ai_addr, found->ai_addrlen) == 0) {
-    sockaddr_storage bound{};
-    socklen_t size = sizeof(bound);
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &size) == 0) {
-      port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                                               : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-    }
-  }
-  const int err = errno;
-  if (fd >= 0) ::close(fd);
-  ::freeaddrinfo(found);
-  if (port <= 0) return Error::invalid_argument("--address", address, "cannot be listened on: " + std::string(std::strerror(err)));
-  return port;
 }
 
 Status copy_tree(const fs::path& from, const fs::path& to) {
@@ -99,7 +67,7 @@ Result<JobHandle::Checkpoint> JobRunner::take_process_checkpoint(JobHandle::Afte
   ::chmod(process.c_str(), 0700);
   Result<JobHandle::Checkpoint> taken = Error::internal("no dump");
   if (lazy) {
-    auto port = free_port(context_.page_server_address);
+    auto port = free_tcp_port(context_.page_server_address);
     auto dump = port ? handle_->checkpoint_lazy(process / "images", context_.page_server_address, *port)
                      : Result<std::unique_ptr<JobHandle::LazyDump>>(port.error());
     if (dump) {

@@ -3,6 +3,8 @@
 #include "agent/runtime/runtime.h"
 
 #include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <grp.h>
 #include <poll.h>
 #include <pwd.h>
@@ -11,6 +13,7 @@
 #include <spawn.h>
 #include <sys/inotify.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -662,6 +665,33 @@ void JobHandle::LazyDump::cancel() {
   ::kill(criu_, SIGKILL);
   ::waitpid(criu_, nullptr, 0);
   criu_ = 0;
+}
+
+// A TCP port free on `address` now, for a page server to listen on (the kernel picks it).
+Result<int> free_tcp_port(const std::string& address) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (int rc = ::getaddrinfo(address.c_str(), "0", &hints, &found); rc != 0 || !found) {
+    return Error::invalid_argument("--address", address, std::string("cannot be listened on: ") + ::gai_strerror(rc));
+  }
+  const int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int port = -1;
+  if (fd >= 0 && ::bind(fd, found->ai_addr, found->ai_addrlen) == 0) {
+    sockaddr_storage bound{};
+    socklen_t size = sizeof(bound);
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &size) == 0) {
+      port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                               : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    }
+  }
+  const int err = errno;
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(found);
+  if (port <= 0) return Error::invalid_argument("--address", address, "cannot be listened on: " + std::string(std::strerror(err)));
+  return port;
 }
 
 Status enable_post_copy(const fs::path& sysctl) {

@@ -270,6 +270,9 @@ struct RuntimeOptions {
   std::chrono::milliseconds checkpoint_timeout{120000};  // a dump's or a restore's longest run
 };
 
+// A TCP port free on `address` now (the kernel's choice), for a post-copy dump's page server.
+Result<int> free_tcp_port(const std::string& address);
+
 // Post-copy (JobHandle::checkpoint_lazy, ProcessSpec::pages_from) needs fs.pipe-max-size of at
 // least 4 MiB: raises it to 8 MiB where it is lower (root); an error says why it cannot.
 Status enable_post_copy(const std::filesystem::path& sysctl = "/proc/sys/fs/pipe-max-size");
