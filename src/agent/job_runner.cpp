@@ -1,5 +1,7 @@
 #include "agent/job_runner.h"
 
+#include "agent/page_tunnel.h"
+
 #include "agent/vgpu_node.h"
 
 #include <fcntl.h>
@@ -399,7 +401,16 @@ bool JobRunner::prepare_and_start() {
   spec.job_dir = dir_ / "run";
   spec.run_as = context_.run_as;
   if (restore_from) spec.restore_from = *restore_from;
-  if (restore_from && job.status.migration) spec.pages_from = job.status.migration->pages_from;  // post-copy
+  if (restore_from && job.status.migration && !job.status.migration->pages_from.empty()) {
+    // Post-copy: `criu lazy-pages` pulls the memory through a tunnel to the source's page gate.
+    const model::Migration& move = *job.status.migration;
+    auto gate = parse_host_port(move.pages_from, "migration.pages_from");
+    auto tunnel = gate ? PageTunnel::open(*gate, move.pages_fingerprint, move.pages_token)
+                       : Result<std::unique_ptr<PageTunnel>>(gate.error());
+    if (!tunnel) return fail("migration: the source's page gate: " + tunnel.error().message);
+    page_tunnel_ = std::move(*tunnel);
+    spec.pages_from = "127.0.0.1:" + std::to_string(page_tunnel_->port());
+  }
   auto handle = context_.runtime->start(spec);
   if (!handle && restore_from && !job.status.migration) {
     // The dump does not restore here: the job starts again, its directories as they were then.

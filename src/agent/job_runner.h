@@ -38,6 +38,7 @@
 
 #include "agent/files/files.h"
 #include "agent/gpu/gpu.h"
+#include "agent/page_tunnel.h"
 #include "agent/runtime/runtime.h"
 #include "agent/server_api.h"
 #include "model/job.h"
@@ -204,6 +205,8 @@ class JobRunner {
   std::atomic<bool> migrating_out_{false};     // frozen for a migration: stops wait for its outcome
   std::atomic<bool> process_dumped_{false};    // a pre-emption dumped it into dir_/process
   std::atomic<bool> migrated_away_{false};     // the target runs it: nothing to upload here
+  // A post-copy target's way to the source's page gate, while `criu lazy-pages` pulls the memory.
+  std::unique_ptr<PageTunnel> page_tunnel_;
   std::thread stopper_;
   std::atomic<bool> stop_sent_{false};
   std::atomic<bool> running_{false};

@@ -11,6 +11,8 @@
 
 #include "agent/files/files.h"
 #include "agent/job_runner.h"
+#include "agent/page_tunnel.h"
+#include "agent/runtime/criu.h"
 #include "common/time.h"
 
 namespace cnlab::agent {
@@ -67,8 +69,9 @@ Result<JobHandle::Checkpoint> JobRunner::take_process_checkpoint(JobHandle::Afte
   ::chmod(process.c_str(), 0700);
   Result<JobHandle::Checkpoint> taken = Error::internal("no dump");
   if (lazy) {
-    auto port = free_tcp_port(context_.page_server_address);
-    auto dump = port ? handle_->checkpoint_lazy(process / "images", context_.page_server_address, *port)
+    // CRIU's page server stays on loopback: the page gate (page_tunnel.h) is what others reach.
+    auto port = free_tcp_port("127.0.0.1");
+    auto dump = port ? handle_->checkpoint_lazy(process / "images", "127.0.0.1", *port)
                      : Result<std::unique_ptr<JobHandle::LazyDump>>(port.error());
     if (dump) {
       taken = (*dump)->taken();
@@ -147,7 +150,24 @@ void JobRunner::migrate_out(OutputReader* reader) {
   std::map<std::string, std::string> headers = {{"Checkpoint-Kind", "process"},
                                                 {"Checkpoint-Purpose", "migration"},
                                                 {"Checkpoint-Frozen-At-Ms", std::to_string(frozen_at)}};
-  if (lazy) headers["Checkpoint-Pages-From"] = lazy->page_server();
+  // The pages leave the node only through a TLS gate that lets in the target alone.
+  std::unique_ptr<PageGate> gate;
+  if (lazy) {
+    auto backend = criu::parse_page_server(lazy->page_server(), "page server");
+    auto opened = backend ? PageGate::open(context_.page_server_address, backend->port, dir_)
+                          : Result<std::unique_ptr<PageGate>>(backend.error());
+    if (!opened) {
+      lazy.reset();
+      (void)safe_remove_tree((dir_ / "process").string());
+      (void)handle_->thaw();
+      migrating_out_ = false;
+      return give_up("the post-copy page gate: " + opened.error().message);
+    }
+    gate = std::move(*opened);
+    headers["Checkpoint-Pages-From"] = criu::to_string({context_.page_server_address, gate->port()});
+    headers["Checkpoint-Pages-Fingerprint"] = gate->fingerprint();
+    headers["Checkpoint-Pages-Token"] = gate->token();
+  }
   std::string digest = upload_checkpoint(dir_ / "process", taken_at, headers);
   (void)safe_remove_tree((dir_ / "process").string());
   if (digest.empty()) {

@@ -110,7 +110,11 @@ Json status_to_json(const JobStatus& status) {
     if (!m.from.empty()) move["from"] = m.from;
     if (m.frozen_at) move["frozen_at"] = format_rfc3339(*m.frozen_at);
     if (m.frozen_at_ms > 0) move["frozen_at_ms"] = m.frozen_at_ms;
-    if (!m.pages_from.empty()) move["pages_from"] = m.pages_from;
+    if (!m.pages_from.empty()) {
+      move["pages_from"] = m.pages_from;
+      move["pages_fingerprint"] = m.pages_fingerprint;
+      move["pages_token"] = m.pages_token;
+    }
     j["migration"] = std::move(move);
   }
   return j;
@@ -309,7 +313,7 @@ JobStatus read_status(JsonReader& r) {
   status.checkpoint_requested_at = r.time("checkpoint_requested_at");
   if (const Json* migration = r.object("migration")) {
     JsonReader m(*migration, r.path_of("migration"));
-    m.only({"to", "requested_at", "from", "frozen_at", "frozen_at_ms", "pages_from"});
+    m.only({"to", "requested_at", "from", "frozen_at", "frozen_at_ms", "pages_from", "pages_fingerprint", "pages_token"});
     Migration move;
     move.to = m.string_or("to", "");
     move.requested_at = detail::required_time(m, "requested_at");
@@ -317,6 +321,8 @@ JobStatus read_status(JsonReader& r) {
     move.frozen_at = m.time("frozen_at");
     move.frozen_at_ms = m.integer_or("frozen_at_ms", 0, 0, INT64_MAX);
     move.pages_from = m.string_or("pages_from", "");
+    move.pages_fingerprint = m.string_or("pages_fingerprint", "");
+    move.pages_token = m.string_or("pages_token", "");
     if (!m.status()) r.fail(m.status().error());
     status.migration = std::move(move);
   }

@@ -150,9 +150,13 @@ struct Migration {
   std::string from;               // set once the source's dump is stored
   std::optional<Time> frozen_at;  // when the source froze it: the pause starts here
   int64_t frozen_at_ms = 0;       // the same, in milliseconds since the epoch (for the pause)
-  // Post-copy: "host:port" of the source's page server, which the target pulls the job's memory
-  // from (the dump it stored holds all but the memory). Empty: stop-and-copy.
+  // Post-copy: "host:port" of the source's page gate, which the target pulls the job's memory
+  // from over TLS (the dump it stored holds all but the memory). Empty: stop-and-copy.
   std::string pages_from = "";
+  // The source's page gate: its certificate's SHA-256 (hex), which the target checks, and the
+  // one-time token the target presents to it (see agent/page_tunnel.h).
+  std::string pages_fingerprint = "";
+  std::string pages_token = "";
   bool operator==(const Migration&) const = default;
 };
 

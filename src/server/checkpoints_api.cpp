@@ -31,6 +31,12 @@ constexpr const char* kKindHeader = "checkpoint-kind";
 // "migration": the dump of a job being migrated; once stored, the job is bound to its target.
 constexpr const char* kPurposeHeader = "checkpoint-purpose";
 constexpr const char* kPagesFromHeader = "checkpoint-pages-from";
+constexpr const char* kPagesFingerprintHeader = "checkpoint-pages-fingerprint";
+constexpr const char* kPagesTokenHeader = "checkpoint-pages-token";
+
+bool is_hex64(const std::string& text) {
+  return text.size() == 64 && text.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
 
 constexpr const char* kFrozenAtHeader = "checkpoint-frozen-at-ms";
 
@@ -112,10 +118,21 @@ net::Response Api::put_checkpoint(const Call& call) {
   }
   // Post-copy: where the source's page server serves the memory the dump leaves out.
   const std::string pages_from = call.request.header(kPagesFromHeader);
-  if (!pages_from.empty() && (purpose != "migration" || !parse_host_port(pages_from, kPagesFromHeader))) {
-    return error_response(Error::invalid_argument(
-        "Checkpoint-Pages-From", pages_from.substr(0, 128),
-        "HOST:PORT of the source's page server (an IPv6 address in brackets), on a migration's dump only"));
+  const std::string pages_fingerprint = call.request.header(kPagesFingerprintHeader);
+  const std::string pages_token = call.request.header(kPagesTokenHeader);
+  if (!pages_from.empty()) {
+    if (purpose != "migration" || !parse_host_port(pages_from, kPagesFromHeader)) {
+      return error_response(Error::invalid_argument(
+          "Checkpoint-Pages-From", pages_from.substr(0, 128),
+          "HOST:PORT of the source's page gate (an IPv6 address in brackets), on a migration's dump only"));
+    }
+    for (const auto& [name, value] : {std::pair{"Checkpoint-Pages-Fingerprint", pages_fingerprint},
+                                      std::pair{"Checkpoint-Pages-Token", pages_token}}) {
+      if (!is_hex64(value)) {
+        return error_response(Error::invalid_argument(name, value.substr(0, 128),
+                                                      "64 lowercase hex characters, with Checkpoint-Pages-From"));
+      }
+    }
   }
   const std::string& body = call.request.body;
   const size_t limit = ctx_.config.max_checkpoint_bytes;
@@ -179,6 +196,8 @@ net::Response Api::put_checkpoint(const Call& call) {
           }
           bind_to_migration_target(job, caller.node, frozen_at_ms, call.now);
           job.status.migration->pages_from = pages_from;
+          job.status.migration->pages_fingerprint = pages_fingerprint;
+          job.status.migration->pages_token = pages_token;
         }
         return true;
       },
