@@ -255,9 +255,19 @@ Result<std::unique_ptr<PageGate>> PageGate::open(const std::string& address, int
   unsigned char random[kTokenBytes];
   if (RAND_bytes(random, sizeof random) != 1) return Error::internal("page gate: no random bytes for its token");
   auto where = endpoint_of(address, 0);
-  if (!where) return where.error();
+  if (!where) {
+    std::error_code ec;
+    std::filesystem::remove(key, ec);
+    std::filesystem::remove(cert, ec);
+    return where.error();
+  }
   auto gate = std::make_unique<Gate>(backend_port, fingerprint, hex(random, sizeof random));
-  if (auto listening = gate->listen(*where, cert, key); !listening) return listening.error();
+  Status listening = gate->listen(*where, cert, key);
+  // Loaded into its TLS context: the files, the key above all, are of no more use.
+  std::error_code ec;
+  std::filesystem::remove(key, ec);
+  std::filesystem::remove(cert, ec);
+  if (!listening) return listening.error();
   return std::unique_ptr<PageGate>(std::move(gate));
 }
 

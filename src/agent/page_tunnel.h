@@ -18,9 +18,9 @@ namespace cnlab::agent {
 
 class PageGate {
  public:
-  // Listens on `address` (a port the kernel picks) with a fresh self-signed certificate whose key
-  // is written into `dir` (0600), and relays each connection that presents the token to
-  // 127.0.0.1:`backend_port` (CRIU's page server).
+  // Listens on `address` (a port the kernel picks) with a fresh self-signed certificate (made in
+  // `dir`, the key 0600, both removed once loaded), and relays each connection that presents the
+  // token to 127.0.0.1:`backend_port` (CRIU's page server).
   static Result<std::unique_ptr<PageGate>> open(const std::string& address, int backend_port,
                                                 const std::filesystem::path& dir);
   virtual ~PageGate() = default;  // stops listening and relaying

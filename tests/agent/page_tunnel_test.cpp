@@ -104,6 +104,7 @@ class PageTunnelTest : public ::testing::Test {
 
 TEST_F(PageTunnelTest, BytesGoThroughTheGateAndTunnelBothWays) {
   EXPECT_EQ(gate_->fingerprint().size(), 64u);
+  EXPECT_TRUE(std::filesystem::is_empty(dir_)) << "its one-time key is not left on disk";
   EXPECT_EQ(gate_->token().size(), 64u);
   auto tunnel = PageTunnel::open({"127.0.0.1", gate_->port()}, gate_->fingerprint(), gate_->token());
   ASSERT_TRUE(tunnel) << tunnel.error().to_string();

@@ -3,9 +3,9 @@
 #include "agent/runtime/runtime.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <grp.h>
 #include <poll.h>
 #include <pwd.h>
 #include <sched.h>
