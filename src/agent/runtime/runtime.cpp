@@ -631,7 +631,7 @@ Result<std::unique_ptr<JobHandle::LazyDump>> JobHandle::checkpoint_lazy(const fs
   Checkpoint taken;
   taken.pause = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - started);
   if (!is_ready) {
-    ::kill(*pid, SIGKILL);  // the tasks, if it had stopped them, stay stopped (--leave-stopped)
+    ::kill(*pid, SIGKILL);  // CRIU lets go of the tasks it held: they run on
     ::waitpid(*pid, nullptr, 0);
     return Error::of(ErrorCode::kFailedPrecondition, "job", record.job_id,
                      (polled == 0 ? fmt::format("CRIU did not write the images within {}ms; ",
@@ -661,7 +661,7 @@ Status JobHandle::LazyDump::wait_served(milliseconds timeout) {
 
 void JobHandle::LazyDump::cancel() {
   if (criu_ <= 0) return;
-  // Its tasks were dumped with --leave-stopped: they stay stopped whatever becomes of CRIU.
+  // CRIU holds the tasks while it serves: killed, it lets go of them and they run on.
   ::kill(criu_, SIGKILL);
   ::waitpid(criu_, nullptr, 0);
   criu_ = 0;
@@ -858,6 +858,8 @@ Result<std::unique_ptr<Runtime>> Runtime::create(RuntimeOptions options) {
   } else {
     caps.checkpoint = true;
     caps.checkpoint_other_users = has_capability(kCapSysResource);
+    auto tracks = criu::run({options.criu, "check", "--feature", "mem_dirty_track"}, std::chrono::seconds(30));
+    caps.dirty_tracking = tracks && !tracks->timed_out && tracks->exit_code == 0;
   }
   if (!caps.checkpoint && !options.criu.empty()) {
     spdlog::warn("runtime: transparent checkpoints unavailable reason=\"{}\"", caps.checkpoint_reason);
@@ -875,9 +877,9 @@ Result<std::unique_ptr<Runtime>> Runtime::create(RuntimeOptions options) {
   }
   spdlog::info(
       "runtime: ready cgroups={} cpu_limit={} memory_limit={} swap_limit={} pids_limit={} namespaces={} "
-      "switch_user={} checkpoint={}",
+      "switch_user={} checkpoint={} dirty_tracking={}",
       to_string(caps.cgroups), caps.cpu_limit, caps.memory_limit, caps.swap_limit, caps.pids_limit, caps.namespaces,
-      caps.switch_user, caps.checkpoint);
+      caps.switch_user, caps.checkpoint, caps.dirty_tracking);
   impl->options = std::move(options);
   return std::unique_ptr<Runtime>(new Runtime(std::move(impl)));
 }

@@ -120,6 +120,10 @@ struct RuntimeCapabilities {
   // CAP_SYS_RESOURCE, which some machines' root lacks (this build VM's). Without it, jobs run as
   // another user (RunAs) are not checkpointed transparently.
   bool checkpoint_other_users = false;
+  // Whether the kernel tracks dirty memory (soft-dirty bits; `criu check --feature
+  // mem_dirty_track`), which pre-copy rounds need. Detected, never assumed; CNLab's migrations do
+  // not take pre-copy rounds yet (post-copy keeps the pause short without them).
+  bool dirty_tracking = false;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -191,8 +195,9 @@ class JobHandle {
 
   // A post-copy dump under way (checkpoint_lazy): CRIU has written everything but the job's memory
   // into the images and serves that memory from its page server until a restore elsewhere
-  // (ProcessSpec::pages_from) has pulled every page. The job stays stopped throughout and after,
-  // as with kLeaveStopped: stop() ends it, thaw() continues it (after cancel()).
+  // (ProcessSpec::pages_from) has pulled every page. CRIU holds the job stopped while it serves
+  // and leaves it stopped once every page is served (as kLeaveStopped: stop() ends it); cancelled
+  // before that, CRIU lets go of it and it runs on here.
   class LazyDump {
    public:
     LazyDump(pid_t criu, std::string job_id, std::filesystem::path log, Checkpoint taken, std::string page_server)
@@ -209,7 +214,7 @@ class JobHandle {
     // Waits up to `timeout` for CRIU to have served every page: ok once it did; an error (CRIU's
     // log) when it failed or was still serving (it is then stopped).
     Status wait_served(std::chrono::milliseconds timeout);
-    // Stops serving (a restore still pulling pages then fails); the job stays stopped.
+    // Stops serving (a restore still pulling pages then fails); the job runs on here.
     void cancel();
 
    private:

@@ -8,7 +8,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <regex>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -167,6 +169,78 @@ TEST_F(CheckpointTest, AJobDumpedOnOneNodeCarriesOnExactlyWhereItWasInAnotherDir
   const std::vector<int> counted = counter_file("node-b");
   ASSERT_GE(counted.size(), static_cast<size_t>(last.n + 6));
   for (size_t i = 0; i < counted.size(); ++i) EXPECT_EQ(counted[i], static_cast<int>(i));
+}
+
+TEST_F(CheckpointTest, APostCopyDumpRunsElsewhereAtOnceAndItsPagesFollow) {
+  ASSERT_TRUE(enable_post_copy());
+  auto source = runtime_->start(counter_job("node-a"));
+  ASSERT_TRUE(source) << source.error().to_string();
+  auto reader = OutputReader::open(source->output_path());
+  ASSERT_TRUE(reader);
+  (void)read_until_tick(*reader, 5);
+
+  const fs::path images = dir_.path() / "images";
+  auto port = free_tcp_port("127.0.0.1");
+  ASSERT_TRUE(port) << port.error().to_string();
+  auto dump = source->checkpoint_lazy(images, "127.0.0.1", *port);
+  ASSERT_TRUE(dump) << dump.error().to_string();
+  EXPECT_LT((*dump)->taken().bytes, 8u << 20) << "the images hold no memory";
+  EXPECT_EQ((*dump)->page_server(), "127.0.0.1:" + std::to_string(*port));
+  EXPECT_EQ(source->status().state, JobState::kRunning) << "left stopped, not ended";
+
+  // "Another node" restores it from the images and pulls the pages from the page server.
+  const fs::path from = dir_.path() / "node-a" / "job", to = dir_.path() / "node-b" / "job";
+  fs::create_directories(to);
+  fs::copy(from / "work", to / "work", fs::copy_options::recursive);
+  ASSERT_TRUE(rewrite_checkpoint_paths(images, from, to));
+  ProcessSpec again = counter_job("node-b");
+  again.restore_from = images;
+  again.pages_from = (*dump)->page_server();
+  again.cgroup_name = "counter-node-b";  // the stopped source still holds its own
+  auto restored = runtime_->start(again);
+  ASSERT_TRUE(restored) << restored.error().to_string();
+  auto restored_reader = OutputReader::open(restored->output_path());
+  ASSERT_TRUE(restored_reader);
+  const std::vector<Tick> after = ticks(read_until_tick(*restored_reader, 1000, 3s));
+  ASSERT_GE(after.size(), 5u) << "the restored copy runs on";
+  for (size_t i = 1; i < after.size(); ++i) EXPECT_EQ(after[i].n, after[i - 1].n + 1);
+  EXPECT_EQ(after.back().alive, "True");
+  EXPECT_TRUE((*dump)->wait_served(60s)) << "every page was pulled";
+  ASSERT_TRUE(restored->stop(2s));
+  ASSERT_TRUE(source->stop(1s));
+  const std::vector<int> counted = counter_file("node-b");
+  for (size_t i = 0; i < counted.size(); ++i) EXPECT_EQ(counted[i], static_cast<int>(i));
+}
+
+TEST_F(CheckpointTest, APostCopyDumpStoppedBeforeAnyRestoreLetsTheJobRunOn) {
+  ASSERT_TRUE(enable_post_copy());
+  auto job = runtime_->start(counter_job("node-a"));
+  ASSERT_TRUE(job) << job.error().to_string();
+  auto reader = OutputReader::open(job->output_path());
+  ASSERT_TRUE(reader);
+  (void)read_until_tick(*reader, 2);
+  auto port = free_tcp_port("127.0.0.1");
+  ASSERT_TRUE(port);
+  auto dump = job->checkpoint_lazy(dir_.path() / "images", "127.0.0.1", *port);
+  ASSERT_TRUE(dump) << dump.error().to_string();
+  std::this_thread::sleep_for(300ms);
+  (void)reader->read();  // what the shim had read before the freeze
+  std::this_thread::sleep_for(500ms);
+  auto frozen = reader->read();
+  ASSERT_TRUE(frozen);
+  EXPECT_TRUE(frozen->empty()) << "held while CRIU serves its pages";
+  (*dump)->cancel();  // the target never came: CRIU lets go of the job
+  EXPECT_FALSE((*dump)->wait_served(1s));
+  ASSERT_TRUE(job->thaw());  // harmless
+  EXPECT_GE(ticks(read_until_tick(*reader, 1000, 2s)).size(), 5u) << "the job carries on";
+  ASSERT_TRUE(job->stop(2s));
+}
+
+TEST_F(CheckpointTest, DirtyMemoryTrackingIsDetectedNotAssumed) {
+  // What CRIU says of this kernel, asked directly, is what the runtime reports.
+  const std::string command = find_criu() + " check --feature mem_dirty_track >/dev/null 2>&1";
+  const bool tracks = std::system(command.c_str()) == 0;
+  EXPECT_EQ(runtime_->capabilities().dirty_tracking, tracks);
 }
 
 TEST_F(CheckpointTest, APeriodicCheckpointLeavesTheJobRunning) {
