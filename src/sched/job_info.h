@@ -27,6 +27,7 @@ struct JobInfo {
   // on one node, holding no MIG instance (nor GPUs, unless PolicyConfig::migrate_gpu_jobs), not
   // migrating or being cancelled now, not moved within the cooldown.
   bool movable = false;
+  bool moved = false;  // moved in this cycle: no victim of a pre-emption in it
 
   // The latest start that still meets the deadline; nullopt without a deadline or an estimate.
   std::optional<Time> latest_start() const {

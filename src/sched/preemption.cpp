@@ -33,7 +33,7 @@ void VictimSelector::index_candidates(const ClusterState& state) const {
     node_begin_[n] = static_cast<uint32_t>(candidates_.size());
     for (uint32_t a : state.node_allocations(n)) {
       const JobInfo& v = jobs_[state.allocation(a).job];
-      if (v.running && now_ - v.started >= v.min_runtime) {
+      if (v.running && !v.moved && now_ - v.started >= v.min_runtime) {
         candidates_.push_back({-v.tier, !v.checkpointable, work_lost(v).count(), v.index, a});
       }
     }

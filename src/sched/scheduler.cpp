@@ -353,6 +353,7 @@ class Cycle {
       Applied applied = apply_plan(state_, calendar_, move.to, move.job, false, now_, job_end);
       job_allocations_[move.job] = {applied.allocations.front(), 1};
       jobs_[move.job].movable = false;  // once per cycle at most
+      jobs_[move.job].moved = true;
       result_.migrations.push_back({move.job, std::move(applied.grants), j, move.pause});
     }
     forget_failures();  // the moves left holes that other shapes may fit

@@ -6,6 +6,7 @@
 
 #include <map>
 #include <random>
+#include <set>
 
 #include "fixtures.h"
 
@@ -116,6 +117,43 @@ TEST(Invariants, CapacityGangsAndModelsHoldOverRandomWorkloads) {
       advance(w, rng, 10 * kMinute, 20);
     }
   }
+}
+
+TEST(Invariants, MovesForRoomKeepCapacityAndNeverMoveAJobTwiceOrEvictAMovedOne) {
+  PolicyConfig moves;
+  moves.max_migrations_per_cycle = 16;
+  moves.migrate_gpu_jobs = true;
+  moves.move_higher_tiers = true;
+  moves.migrate_after_wait = Duration{0};
+  size_t moved_in_all = 0;
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    World w = random_world(seed, 24, 300);
+    std::mt19937_64 rng(seed * 7919);
+    for (int step = 0; step < 15; ++step) {
+      CycleResult r = run_cycle(w.snapshot, moves);
+      ASSERT_TRUE(r.warnings.empty()) << "seed " << seed << ": " << r.warnings[0];
+      std::set<JobIndex> moved, evicted;
+      for (const auto& p : r.preemptions) evicted.insert(p.victim);
+      for (const auto& m : r.migrations) {
+        const model::Job& job = w.snapshot.jobs[m.job];
+        ASSERT_EQ(job.status.phase, model::JobPhase::kRunning);
+        ASSERT_TRUE(job.spec.checkpointable);
+        ASSERT_TRUE(moved.insert(m.job).second) << "moved twice in one cycle";
+        ASSERT_FALSE(evicted.count(m.job)) << "seed " << seed << ": moved and evicted in one cycle";
+        ASSERT_EQ(m.to.size(), 1u);
+        ASSERT_NE(w.snapshot.nodes[m.to[0].node].meta.name, job.status.placement[0].node) << "moved onto its own node";
+        const Placement* p = placement_of(r, m.for_job);
+        ASSERT_NE(p, nullptr) << "a move for a job left waiting";
+        EXPECT_NE(std::find(p->after_migrating.begin(), p->after_migrating.end(), m.job), p->after_migrating.end());
+      }
+      ASSERT_LE(r.migrations.size(), 16u);
+      moved_in_all += r.migrations.size();
+      apply_decisions(r, w.snapshot);
+      ASSERT_EQ(capacity_violation(w.snapshot), "") << "seed " << seed << " step " << step;
+      advance(w, rng, 10 * kMinute, 20);
+    }
+  }
+  EXPECT_GT(moved_in_all, 0u) << "the workloads gave moves nothing to do";
 }
 
 TEST(Invariants, SameSnapshotGivesTheSameDecisions) {
