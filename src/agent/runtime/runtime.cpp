@@ -64,6 +64,7 @@ namespace {
 
 constexpr size_t kMaxCgroupName = 64;
 constexpr milliseconds kLazyPagesLimit = std::chrono::minutes(30);  // a post-copy's pages, all of them
+constexpr milliseconds kLazyPagesStart{30000};  // for `criu lazy-pages` to reach the page server
 constexpr size_t kMaxHostname = 63;
 constexpr milliseconds kWaitStep{50};  // how often wait() re-checks that the shim is alive
 constexpr milliseconds kRemoveTimeout{1000};
@@ -79,6 +80,25 @@ Status start_lazy_pages(const std::string& criu, const fs::path& images, const c
   const auto started = std::chrono::steady_clock::now();
   auto pid = criu::spawn(criu::lazy_pages_args(criu, images, log, from));
   if (!pid) return pid.error();
+  // The restore connects to the daemon's socket in the images directory once, without retrying:
+  // it starts only once the socket is there (the daemon has reached the page server by then).
+  const fs::path socket = images / "lazy-pages.socket";
+  std::error_code ec;
+  while (!fs::exists(socket, ec)) {
+    int status = 0;
+    if (::waitpid(*pid, &status, WNOHANG) == *pid) {
+      return Error::of(ErrorCode::kUnavailable, "pages_from", criu::to_string(from),
+                       "criu lazy-pages could not start: " + criu::log_errors(log));
+    }
+    if (std::chrono::steady_clock::now() - started > kLazyPagesStart) {
+      ::kill(*pid, SIGKILL);
+      ::waitpid(*pid, nullptr, 0);
+      return Error::of(ErrorCode::kUnavailable, "pages_from", criu::to_string(from),
+                       fmt::format("criu lazy-pages was not ready within {}ms: {}", kLazyPagesStart.count(),
+                                   criu::log_errors(log)));
+    }
+    std::this_thread::sleep_for(milliseconds(5));
+  }
   std::thread([pid = *pid, started, log, job_id] {
     criu::RunResult ran = criu::wait(pid, started, kLazyPagesLimit);
     if (ran.exit_code == 0) {
