@@ -148,7 +148,7 @@ void post_copy(cnlab::agent::Runtime& runtime, const fs::path& root, int64_t mib
   fs::copy(images, shipped, fs::copy_options::recursive, ec);
   auto spec = holder(root, fmt::format("pc-{}-restored", mib), mib);
   spec.restore_from = shipped;
-  spec.pages_from = (*dump)->page_server();
+  spec.pages_from = cnlab::format_host_port((*dump)->page_server());
   const auto restoring = Clock::now();
   auto restored = runtime.start(spec);
   const double restore_ms = ms_since(restoring), pause_ms = ms_since(frozen);

@@ -43,6 +43,11 @@ std::string fingerprint_of(X509* cert) {
   return hex(digest, size);
 }
 
+void restrict_to_tls12_and_later(ssl::context& context) {
+  context.set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
+                      ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 | ssl::context::no_compression);
+}
+
 tcp::socket& raw(tcp::socket& socket) { return socket; }
 tcp::socket& raw(TlsStream& stream) { return stream.next_layer(); }
 
@@ -120,8 +125,7 @@ class Gate final : public PageGate {
   ~Gate() override { loop_->stop(); }  // no handler runs while the members it uses go
 
   Status listen(const tcp::endpoint& where, const std::string& cert, const std::string& key) {
-    tls_.set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
-                     ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 | ssl::context::no_compression);
+    restrict_to_tls12_and_later(tls_);
     error_code ec;
     tls_.use_certificate_chain_file(cert, ec);
     if (!ec) tls_.use_private_key_file(key, ssl::context::pem, ec);
@@ -186,8 +190,7 @@ class Tunnel final : public PageTunnel {
   ~Tunnel() override { loop_->stop(); }
 
   Status listen() {
-    tls_.set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
-                     ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 | ssl::context::no_compression);
+    restrict_to_tls12_and_later(tls_);
     // The gate's certificate is made for one migration and signed by nobody: what vouches for it
     // is its fingerprint, which the source gave the server and the server gave us.
     tls_.set_verify_mode(ssl::verify_peer);

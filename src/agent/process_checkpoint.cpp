@@ -12,7 +12,6 @@
 #include "agent/files/files.h"
 #include "agent/job_runner.h"
 #include "agent/page_tunnel.h"
-#include "agent/runtime/criu.h"
 #include "common/time.h"
 
 namespace cnlab::agent {
@@ -67,21 +66,16 @@ Result<JobHandle::Checkpoint> JobRunner::take_process_checkpoint(JobHandle::Afte
   fs::create_directories(process / "tree", ec);
   if (ec) return Error::internal("mkdir " + (process / "tree").string() + ": " + ec.message());
   ::chmod(process.c_str(), 0700);
-  Result<JobHandle::Checkpoint> taken = Error::internal("no dump");
-  if (lazy) {
+  auto taken = [&]() -> Result<JobHandle::Checkpoint> {
+    if (!lazy) return handle_->checkpoint(process / "images", after);
     // CRIU's page server stays on loopback: the page gate (page_tunnel.h) is what others reach.
     auto port = free_tcp_port("127.0.0.1");
-    auto dump = port ? handle_->checkpoint_lazy(process / "images", "127.0.0.1", *port)
-                     : Result<std::unique_ptr<JobHandle::LazyDump>>(port.error());
-    if (dump) {
-      taken = (*dump)->taken();
-      *lazy = std::move(*dump);
-    } else {
-      taken = dump.error();
-    }
-  } else {
-    taken = handle_->checkpoint(process / "images", after);
-  }
+    if (!port) return port.error();
+    auto dump = handle_->checkpoint_lazy(process / "images", "127.0.0.1", *port);
+    if (!dump) return dump.error();
+    *lazy = std::move(*dump);
+    return (*lazy)->taken();
+  }();
   if (!taken) {
     (void)safe_remove_tree(process.string());
     return taken.error();
@@ -127,12 +121,19 @@ void JobRunner::migrate_out(OutputReader* reader) {
     Json body = {{"phase", "Running"}, {"migration_failed", why}};
     (void)api_.call("PUT", "/v1/jobs/" + job_id_ + "/status", body.dump());
   };
+  std::unique_ptr<JobHandle::LazyDump> lazy;
+  // Dumped but not handed over: it runs on here.
+  auto abandon = [&](const std::string& why) {
+    lazy.reset();
+    (void)handle_->thaw();
+    migrating_out_ = false;
+    give_up(why);
+  };
   if (std::string why = transparent_refusal(); !why.empty()) return give_up(why);
   migrating_out_ = true;
   const int64_t frozen_at = epoch_ms();
   const std::string taken_at = now_text();
   // Post-copy where the agent offers it: the memory stays here, served to the target as it runs.
-  std::unique_ptr<JobHandle::LazyDump> lazy;
   auto taken = take_process_checkpoint(JobHandle::AfterDump::kLeaveStopped,
                                        context_.page_server_address.empty() ? nullptr : &lazy);
   if (!taken && !context_.page_server_address.empty()) {
@@ -153,29 +154,19 @@ void JobRunner::migrate_out(OutputReader* reader) {
   // The pages leave the node only through a TLS gate that lets in the target alone.
   std::unique_ptr<PageGate> gate;
   if (lazy) {
-    auto backend = criu::parse_page_server(lazy->page_server(), "page server");
-    auto opened = backend ? PageGate::open(context_.page_server_address, backend->port, dir_)
-                          : Result<std::unique_ptr<PageGate>>(backend.error());
+    auto opened = PageGate::open(context_.page_server_address, lazy->page_server().port, dir_);
     if (!opened) {
-      lazy.reset();
       (void)safe_remove_tree((dir_ / "process").string());
-      (void)handle_->thaw();
-      migrating_out_ = false;
-      return give_up("the post-copy page gate: " + opened.error().message);
+      return abandon("the post-copy page gate: " + opened.error().message);
     }
     gate = std::move(*opened);
-    headers["Checkpoint-Pages-From"] = criu::to_string({context_.page_server_address, gate->port()});
+    headers["Checkpoint-Pages-From"] = format_host_port({context_.page_server_address, gate->port()});
     headers["Checkpoint-Pages-Fingerprint"] = gate->fingerprint();
     headers["Checkpoint-Pages-Token"] = gate->token();
   }
   std::string digest = upload_checkpoint(dir_ / "process", taken_at, headers);
   (void)safe_remove_tree((dir_ / "process").string());
-  if (digest.empty()) {
-    lazy.reset();
-    (void)handle_->thaw();
-    migrating_out_ = false;
-    return give_up("its dump could not be stored on the server");
-  }
+  if (digest.empty()) return abandon("its dump could not be stored on the server");
   spdlog::info("job frozen for migration job=\"{}\" digest=\"{}\" dump_ms={} bytes={} post_copy={}", job_id_, digest,
                taken->pause.count(), taken->bytes, lazy != nullptr);
   // The outcome: the target runs it (the job is no longer ours to see), or it is given back.

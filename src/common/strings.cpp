@@ -61,6 +61,11 @@ Result<double> parse_double(std::string_view text, std::string_view field) {
   return value;
 }
 
+std::string format_host_port(const HostPort& where) {
+  const bool v6 = where.host.find(':') != std::string::npos;
+  return (v6 ? "[" + where.host + "]" : where.host) + ":" + std::to_string(where.port);
+}
+
 Result<HostPort> parse_host_port(std::string_view text, std::string_view field) {
   auto bad = [&] {
     return Error::invalid_argument(std::string(field), std::string(text.substr(0, 128)),

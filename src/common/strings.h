@@ -27,5 +27,7 @@ struct HostPort {
   int port = 0;
 };
 Result<HostPort> parse_host_port(std::string_view text, std::string_view field);
+// The other way: "host:port", "[v6 address]:port".
+std::string format_host_port(const HostPort& where);
 
 }  // namespace cnlab

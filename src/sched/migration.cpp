@@ -16,7 +16,7 @@ int held_blocks(const ClusterState& state, const Allocation& a) {
 
 Time shifted(Time end, std::chrono::milliseconds pause) {
   if (end == kNever) return end;
-  return end + std::chrono::duration_cast<Duration>(pause + std::chrono::milliseconds(999));
+  return end + std::chrono::ceil<Duration>(pause);
 }
 
 // Fewest moves, then the cheapest, then the lower node index.
@@ -145,7 +145,7 @@ std::optional<MoveSet> MoveSelector::verify(ClusterState& state, const Placement
     }
     const PlannedNode& there = to->nodes.front();
     tentative.push_back(state.allocate(job, there.node, there.cpu, there.mem, there.uses, false, now_, job_end));
-    set.moves.push_back({job, a, std::move(*to), pause});
+    set.moves.push_back({job, a, std::move(*to), pause, job_end});
   }
   state.set_offered(node, true);
   for (auto it = tentative.rbegin(); it != tentative.rend(); ++it) state.release(*it);

@@ -27,6 +27,7 @@ struct Move {
   uint32_t from = 0;  // its allocation now
   Plan to;            // single node, never the node the waiting job takes
   std::chrono::milliseconds pause{0};
+  Time end{};  // its expected end there: where it was, later by the pause
 };
 
 struct MoveSet {

@@ -348,9 +348,7 @@ class Cycle {
     }
     place(j, set->plan, end, {}, moved);
     for (Move& move : set->moves) {
-      const Time old_end = state_.allocation(move.from).end;
-      const Time job_end = old_end == kNever ? kNever : old_end + std::chrono::ceil<Duration>(move.pause);
-      Applied applied = apply_plan(state_, calendar_, move.to, move.job, false, now_, job_end);
+      Applied applied = apply_plan(state_, calendar_, move.to, move.job, false, now_, move.end);
       job_allocations_[move.job] = {applied.allocations.front(), 1};
       jobs_[move.job].movable = false;  // once per cycle at most
       jobs_[move.job].moved = true;

@@ -219,21 +219,38 @@ class Engine {
     count_event();
   }
 
-  // Releases what job j holds; shared by completion and pre-emption.
-  void stop(uint32_t j, Time t) {
-    Run& r = runs_[j];
-    JobOutcome& o = out_.jobs[j];
-    o.ran += t - r.start;
-    allocated_ -= r.granted;
-    const int asked = trace_.jobs[j].spec.gpu.total_blocks();
-    requested_ -= asked;
-    user_blocks_[user_of_[j]] -= asked;
+  // Job run `r` takes the blocks and nodes of `grants` (counted once per node).
+  void join_nodes(Run& r, const std::vector<sched::NodeGrant>& grants, Time t) {
+    for (const sched::NodeGrant& grant : grants) {
+      for (const sched::GpuGrant& g : grant.gpus) r.granted += g.blocks;
+      if (std::find(r.nodes.begin(), r.nodes.end(), grant.node) == r.nodes.end()) {
+        r.nodes.push_back(grant.node);
+        meter_.job_started(grant.node, t);
+      }
+    }
+    allocated_ += r.granted;
+  }
+
+  // Job run `r` leaves its nodes (a node it leaves empty is idle from `t`) and its blocks.
+  void leave_nodes(Run& r, Time t) {
     for (uint32_t n : r.nodes) {
       meter_.job_left(n, t);
       if (meter_.idle(n)) snap_.nodes[n].idle_since = t;
     }
     r.nodes.clear();
+    allocated_ -= r.granted;
     r.granted = 0;
+  }
+
+  // Releases what job j holds; shared by completion and pre-emption.
+  void stop(uint32_t j, Time t) {
+    Run& r = runs_[j];
+    JobOutcome& o = out_.jobs[j];
+    o.ran += t - r.start;
+    const int asked = trace_.jobs[j].spec.gpu.total_blocks();
+    requested_ -= asked;
+    user_blocks_[user_of_[j]] -= asked;
+    leave_nodes(r, t);
     r.running = false;
     ++r.epoch;
     --running_;
@@ -276,14 +293,7 @@ class Engine {
     r.running = true;
     if (!o.first_start) o.first_start = t;
     heap_.push({t + (trace_.jobs[j].run_time - r.done), j, r.epoch});
-    for (const sched::NodeGrant& grant : p.nodes) {
-      for (const sched::GpuGrant& g : grant.gpus) r.granted += g.blocks;
-      if (std::find(r.nodes.begin(), r.nodes.end(), grant.node) == r.nodes.end()) {
-        r.nodes.push_back(grant.node);
-        meter_.job_started(grant.node, t);
-      }
-    }
-    allocated_ += r.granted;
+    join_nodes(r, p.nodes, t);
     const int asked = trace_.jobs[j].spec.gpu.total_blocks();
     requested_ += asked;
     user_blocks_[user_of_[j]] += asked;
@@ -296,19 +306,8 @@ class Engine {
   void migrate(uint32_t j, const sched::Migration& m, Time t) {
     Run& r = runs_[j];
     model::Job& job = snap_.jobs[static_cast<size_t>(snap_of_[j])];
-    for (uint32_t n : r.nodes) {
-      meter_.job_left(n, t);
-      if (meter_.idle(n)) snap_.nodes[n].idle_since = t;
-    }
-    r.nodes.clear();
-    allocated_ -= r.granted;
-    r.granted = 0;
-    for (const sched::NodeGrant& grant : m.to) {
-      for (const sched::GpuGrant& g : grant.gpus) r.granted += g.blocks;
-      r.nodes.push_back(grant.node);
-      meter_.job_started(grant.node, t);
-    }
-    allocated_ += r.granted;
+    leave_nodes(r, t);
+    join_nodes(r, m.to, t);
     const Duration pause = std::chrono::ceil<Duration>(m.pause);
     r.paused += pause;
     job.spec.estimated_duration = job.spec.estimated_duration.value_or(Duration{0}) + pause;

@@ -166,35 +166,22 @@ std::vector<std::string> environment() {
   return {"CRIU_FAULT=130", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"};
 }
 
-std::string to_string(const PageServer& server) {
-  if (server.address.find(':') != std::string::npos) return fmt::format("[{}]:{}", server.address, server.port);
-  return fmt::format("{}:{}", server.address, server.port);
-}
-
-Result<PageServer> parse_page_server(std::string_view text, std::string_view field) {
-  auto parsed = parse_host_port(text, field);
-  if (!parsed) return parsed.error();
-  return PageServer{parsed->host, parsed->port};
-}
-
 std::vector<std::string> dump_args(const std::string& criu, pid_t pid, const fs::path& images, const fs::path& log,
-                                   Leave leave, const PageServer* lazy) {
+                                   Leave leave, const HostPort* lazy) {
   std::vector<std::string> args = {criu, "dump", "--tree", std::to_string(pid), "--images-dir", images.string(),
                                    "--log-file", log.string(), "--manage-cgroups=ignore", "--file-locks"};
   if (leave == Leave::kRunning) args.push_back("--leave-running");
   if (leave == Leave::kStopped) args.push_back("--leave-stopped");
   if (lazy) {
-    for (std::string a : {std::string("--lazy-pages"), std::string("--address"), lazy->address, std::string("--port"),
-                          std::to_string(lazy->port), std::string("--status-fd"), std::string("3")}) {
-      args.push_back(std::move(a));
-    }
+    args.insert(args.end(),
+                {"--lazy-pages", "--address", lazy->host, "--port", std::to_string(lazy->port), "--status-fd", "3"});
   }
   return args;
 }
 
 std::vector<std::string> lazy_pages_args(const std::string& criu, const fs::path& images, const fs::path& log,
-                                         const PageServer& from) {
-  return {criu,         "lazy-pages",      "--page-server", "--address",  from.address, "--port",
+                                         const HostPort& from) {
+  return {criu,   "lazy-pages", "--page-server", "--address",  from.host,    "--port",
           std::to_string(from.port), "--images-dir", images.string(), "--log-file", log.string()};
 }
 

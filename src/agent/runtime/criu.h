@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "common/strings.h"
 
 namespace cnlab::agent::criu {
 
@@ -33,26 +34,18 @@ Result<Pipes> decode_pipes(std::string_view text);
 // CRIU_FAULT=130 and a PATH for the helpers CRIU runs.
 std::vector<std::string> environment();
 
-// Where a post-copy dump serves the job's memory from (CRIU's page server, plain TCP).
-struct PageServer {
-  std::string address;
-  int port = 0;
-};
-// "host:port" ("[v6]:port" for IPv6) and back; errors name `field`.
-std::string to_string(const PageServer& server);
-Result<PageServer> parse_page_server(std::string_view text, std::string_view field);
-
 // `criu dump` of the tree whose root (the job's init) is `pid`, into `images`. Afterwards CRIU
 // kills the tree, or leaves it running, or leaves it stopped. With `lazy` (post-copy), the memory
 // is not written: once everything else is, CRIU writes a byte to descriptor 3 (`--status-fd`) and
-// serves the pages from its page server at `lazy` until a `criu lazy-pages` has pulled them all.
+// serves the pages from its page server (plain TCP) at `lazy` until a `criu lazy-pages` has pulled
+// them all.
 enum class Leave { kNothing, kRunning, kStopped };
 std::vector<std::string> dump_args(const std::string& criu, pid_t pid, const std::filesystem::path& images,
-                                   const std::filesystem::path& log, Leave leave, const PageServer* lazy = nullptr);
+                                   const std::filesystem::path& log, Leave leave, const HostPort* lazy = nullptr);
 // `criu lazy-pages` beside a `restore --lazy-pages` of `images`: pulls the pages, on demand and in
 // the background, from the dump's page server at `from`; exits once it has them all.
 std::vector<std::string> lazy_pages_args(const std::string& criu, const std::filesystem::path& images,
-                                         const std::filesystem::path& log, const PageServer& from);
+                                         const std::filesystem::path& log, const HostPort& from);
 // `criu restore --restore-detached` of `images`, the new pipes' write ends at the given
 // descriptors of the CRIU process, the restored root's pid written to `pid_file`.
 // With `lazy`, the memory comes from a `criu lazy-pages` started beside it (lazy_pages_args).

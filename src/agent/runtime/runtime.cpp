@@ -74,7 +74,7 @@ std::string errno_text(int err) { return std::strerror(err); }
 // `criu lazy-pages` for a post-copy restore of `images`: it pulls the pages from `from` while the
 // restored job runs, and exits once it has them all. A thread of the agent's reaps it (killing it
 // past kLazyPagesLimit) and logs how it ended.
-Status start_lazy_pages(const std::string& criu, const fs::path& images, const criu::PageServer& from,
+Status start_lazy_pages(const std::string& criu, const fs::path& images, const HostPort& from,
                         const std::string& job_id) {
   const fs::path log = images / "lazy-pages.log";
   const auto started = std::chrono::steady_clock::now();
@@ -87,13 +87,13 @@ Status start_lazy_pages(const std::string& criu, const fs::path& images, const c
   while (!fs::exists(socket, ec)) {
     int status = 0;
     if (::waitpid(*pid, &status, WNOHANG) == *pid) {
-      return Error::of(ErrorCode::kUnavailable, "pages_from", criu::to_string(from),
+      return Error::of(ErrorCode::kUnavailable, "pages_from", format_host_port(from),
                        "criu lazy-pages could not start: " + criu::log_errors(log));
     }
     if (std::chrono::steady_clock::now() - started > kLazyPagesStart) {
       ::kill(*pid, SIGKILL);
       ::waitpid(*pid, nullptr, 0);
-      return Error::of(ErrorCode::kUnavailable, "pages_from", criu::to_string(from),
+      return Error::of(ErrorCode::kUnavailable, "pages_from", format_host_port(from),
                        fmt::format("criu lazy-pages was not ready within {}ms: {}", kLazyPagesStart.count(),
                                    criu::log_errors(log)));
     }
@@ -633,7 +633,7 @@ Result<std::unique_ptr<JobHandle::LazyDump>> JobHandle::checkpoint_lazy(const fs
   int ready[2];
   if (::pipe2(ready, O_CLOEXEC) != 0) return Error::internal("pipe: " + errno_text(errno));
   const auto started = std::chrono::steady_clock::now();
-  const criu::PageServer pages{address, port};
+  const HostPort pages{address, port};
   auto pid = criu::spawn(criu::dump_args(record.criu, record.job_pid, images, log, criu::Leave::kStopped, &pages),
                          ready[1]);
   ::close(ready[1]);
@@ -661,8 +661,8 @@ Result<std::unique_ptr<JobHandle::LazyDump>> JobHandle::checkpoint_lazy(const fs
   }
   taken.bytes = images_bytes(images);
   spdlog::info("job checkpointed for post-copy job=\"{}\" images=\"{}\" bytes={} pause_ms={} pages=\"{}\"",
-               record.job_id, images.string(), taken.bytes, taken.pause.count(), criu::to_string(pages));
-  return std::make_unique<LazyDump>(*pid, record.job_id, log, taken, criu::to_string(pages));
+               record.job_id, images.string(), taken.bytes, taken.pause.count(), format_host_port(pages));
+  return std::make_unique<LazyDump>(*pid, record.job_id, log, taken, pages);
 }
 
 Status JobHandle::LazyDump::wait_served(milliseconds timeout) {
@@ -687,7 +687,6 @@ void JobHandle::LazyDump::cancel() {
   criu_ = 0;
 }
 
-// A TCP port free on `address` now, for a page server to listen on (the kernel picks it).
 Result<int> free_tcp_port(const std::string& address) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -695,7 +694,7 @@ Result<int> free_tcp_port(const std::string& address) {
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
   addrinfo* found = nullptr;
   if (int rc = ::getaddrinfo(address.c_str(), "0", &hints, &found); rc != 0 || !found) {
-    return Error::invalid_argument("--address", address, std::string("cannot be listened on: ") + ::gai_strerror(rc));
+    return Error::invalid_argument("address", address, std::string("cannot be listened on: ") + ::gai_strerror(rc));
   }
   const int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   int port = -1;
@@ -710,7 +709,7 @@ Result<int> free_tcp_port(const std::string& address) {
   const int err = errno;
   if (fd >= 0) ::close(fd);
   ::freeaddrinfo(found);
-  if (port <= 0) return Error::invalid_argument("--address", address, "cannot be listened on: " + std::string(std::strerror(err)));
+  if (port <= 0) return Error::invalid_argument("address", address, "cannot be listened on: " + std::string(std::strerror(err)));
   return port;
 }
 
@@ -984,7 +983,7 @@ Result<JobHandle> Runtime::start(const ProcessSpec& spec) {
     launch.criu = impl_->options.criu;
     launch.restore_timeout_ms = impl_->options.checkpoint_timeout.count();
     if (!spec.pages_from.empty()) {
-      auto from = criu::parse_page_server(spec.pages_from, "pages_from");
+      auto from = parse_host_port(spec.pages_from, "pages_from");
       if (!from) return from.error();
       auto daemon = start_lazy_pages(impl_->options.criu, launch.restore_from, *from, spec.job_id);
       if (!daemon) return daemon.error();

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "common/strings.h"
 
 namespace cnlab::agent {
 
@@ -200,7 +201,7 @@ class JobHandle {
   // before that, CRIU lets go of it and it runs on here.
   class LazyDump {
    public:
-    LazyDump(pid_t criu, std::string job_id, std::filesystem::path log, Checkpoint taken, std::string page_server)
+    LazyDump(pid_t criu, std::string job_id, std::filesystem::path log, Checkpoint taken, HostPort page_server)
         : criu_(criu), job_id_(std::move(job_id)), log_(std::move(log)), taken_(taken),
           page_server_(std::move(page_server)) {}
     ~LazyDump() { cancel(); }
@@ -209,8 +210,8 @@ class JobHandle {
 
     // The freeze until the images (all but the memory) were written, and their size.
     const Checkpoint& taken() const { return taken_; }
-    // Where the target pulls the memory from: "host:port" (ProcessSpec::pages_from).
-    const std::string& page_server() const { return page_server_; }
+    // Where CRIU serves the memory (ProcessSpec::pages_from, formatted).
+    const HostPort& page_server() const { return page_server_; }
     // Waits up to `timeout` for CRIU to have served every page: ok once it did; an error (CRIU's
     // log) when it failed or was still serving (it is then stopped).
     Status wait_served(std::chrono::milliseconds timeout);
@@ -222,7 +223,7 @@ class JobHandle {
     std::string job_id_;
     std::filesystem::path log_;
     Checkpoint taken_;
-    std::string page_server_;
+    HostPort page_server_;
   };
   // Like checkpoint(images, kLeaveStopped), post-copy: returns once the images but the memory are
   // written (within the checkpoint timeout), CRIU's page server listening at `pages` for the rest.

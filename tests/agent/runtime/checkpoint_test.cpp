@@ -105,6 +105,31 @@ class CheckpointTest : public ::testing::Test {
     return spec;
   }
 
+  // A post-copy dump of `job` into dir_/images, its page server on a free loopback port.
+  Result<std::unique_ptr<JobHandle::LazyDump>> lazy_dump(const JobHandle& job) {
+    EXPECT_TRUE(enable_post_copy());
+    auto port = free_tcp_port("127.0.0.1");
+    if (!port) return port.error();
+    return job.checkpoint_lazy(dir_.path() / "images", "127.0.0.1", *port);
+  }
+
+  // "Another node": node-a's work directory copied to node-b, the images' paths moved with it.
+  Result<int> copy_to_node_b(const fs::path& images) {
+    const fs::path from = dir_.path() / "node-a" / "job", to = dir_.path() / "node-b" / "job";
+    fs::create_directories(to);
+    fs::copy(from / "work", to / "work", fs::copy_options::recursive);
+    return rewrite_checkpoint_paths(images, from, to);
+  }
+
+  // Whether a job just frozen prints nothing for half a second (past what the shim had read).
+  static bool prints_nothing(OutputReader& reader) {
+    std::this_thread::sleep_for(300ms);
+    (void)reader.read();
+    std::this_thread::sleep_for(500ms);
+    auto frozen = reader.read();
+    return frozen && frozen->empty();
+  }
+
   std::vector<int> counter_file(const std::string& node) {
     std::vector<int> out;
     std::istringstream in(read_text(dir_.path() / node / "job" / "work" / "counter.txt"));
@@ -139,11 +164,8 @@ TEST_F(CheckpointTest, AJobDumpedOnOneNodeCarriesOnExactlyWhereItWasInAnotherDir
   const Tick last = first.back();
 
   // "Another node": the work directory moves, the images' paths follow it, the old one is gone.
-  const fs::path from = dir_.path() / "node-a" / "job", to = dir_.path() / "node-b" / "job";
-  fs::create_directories(to);
-  fs::copy(from / "work", to / "work", fs::copy_options::recursive);
-  fs::remove_all(from / "work");
-  auto rewritten = rewrite_checkpoint_paths(images, from, to);
+  auto rewritten = copy_to_node_b(images);
+  fs::remove_all(dir_.path() / "node-a" / "job" / "work");
   ASSERT_TRUE(rewritten) << rewritten.error().to_string();
   EXPECT_GE(*rewritten, 2) << "the open counter.txt and the working directory";
 
@@ -172,7 +194,6 @@ TEST_F(CheckpointTest, AJobDumpedOnOneNodeCarriesOnExactlyWhereItWasInAnotherDir
 }
 
 TEST_F(CheckpointTest, APostCopyDumpRunsElsewhereAtOnceAndItsPagesFollow) {
-  ASSERT_TRUE(enable_post_copy());
   auto source = runtime_->start(counter_job("node-a"));
   ASSERT_TRUE(source) << source.error().to_string();
   auto reader = OutputReader::open(source->output_path());
@@ -180,22 +201,18 @@ TEST_F(CheckpointTest, APostCopyDumpRunsElsewhereAtOnceAndItsPagesFollow) {
   (void)read_until_tick(*reader, 5);
 
   const fs::path images = dir_.path() / "images";
-  auto port = free_tcp_port("127.0.0.1");
-  ASSERT_TRUE(port) << port.error().to_string();
-  auto dump = source->checkpoint_lazy(images, "127.0.0.1", *port);
+  auto dump = lazy_dump(*source);
   ASSERT_TRUE(dump) << dump.error().to_string();
   EXPECT_LT((*dump)->taken().bytes, 8u << 20) << "the images hold no memory";
-  EXPECT_EQ((*dump)->page_server(), "127.0.0.1:" + std::to_string(*port));
+  EXPECT_EQ((*dump)->page_server().host, "127.0.0.1");
+  EXPECT_GT((*dump)->page_server().port, 0);
   EXPECT_EQ(source->status().state, JobState::kRunning) << "left stopped, not ended";
 
   // "Another node" restores it from the images and pulls the pages from the page server.
-  const fs::path from = dir_.path() / "node-a" / "job", to = dir_.path() / "node-b" / "job";
-  fs::create_directories(to);
-  fs::copy(from / "work", to / "work", fs::copy_options::recursive);
-  ASSERT_TRUE(rewrite_checkpoint_paths(images, from, to));
+  ASSERT_TRUE(copy_to_node_b(images));
   ProcessSpec again = counter_job("node-b");
   again.restore_from = images;
-  again.pages_from = (*dump)->page_server();
+  again.pages_from = format_host_port((*dump)->page_server());
   again.cgroup_name = "counter-node-b";  // the stopped source still holds its own
   auto restored = runtime_->start(again);
   ASSERT_TRUE(restored) << restored.error().to_string();
@@ -213,22 +230,14 @@ TEST_F(CheckpointTest, APostCopyDumpRunsElsewhereAtOnceAndItsPagesFollow) {
 }
 
 TEST_F(CheckpointTest, APostCopyDumpStoppedBeforeAnyRestoreLetsTheJobRunOn) {
-  ASSERT_TRUE(enable_post_copy());
   auto job = runtime_->start(counter_job("node-a"));
   ASSERT_TRUE(job) << job.error().to_string();
   auto reader = OutputReader::open(job->output_path());
   ASSERT_TRUE(reader);
   (void)read_until_tick(*reader, 2);
-  auto port = free_tcp_port("127.0.0.1");
-  ASSERT_TRUE(port);
-  auto dump = job->checkpoint_lazy(dir_.path() / "images", "127.0.0.1", *port);
+  auto dump = lazy_dump(*job);
   ASSERT_TRUE(dump) << dump.error().to_string();
-  std::this_thread::sleep_for(300ms);
-  (void)reader->read();  // what the shim had read before the freeze
-  std::this_thread::sleep_for(500ms);
-  auto frozen = reader->read();
-  ASSERT_TRUE(frozen);
-  EXPECT_TRUE(frozen->empty()) << "held while CRIU serves its pages";
+  EXPECT_TRUE(prints_nothing(*reader)) << "held while CRIU serves its pages";
   (*dump)->cancel();  // the target never came: CRIU lets go of the job
   EXPECT_FALSE((*dump)->wait_served(1s));
   ASSERT_TRUE(job->thaw());  // harmless
@@ -266,12 +275,7 @@ TEST_F(CheckpointTest, AJobLeftStoppedPrintsNothingUntilThawed) {
   (void)read_until_tick(*reader, 2);
   auto taken = job->checkpoint(dir_.path() / "images", JobHandle::AfterDump::kLeaveStopped);
   ASSERT_TRUE(taken) << taken.error().to_string();
-  std::this_thread::sleep_for(300ms);
-  (void)reader->read();  // what the shim had read before the freeze
-  std::this_thread::sleep_for(500ms);
-  auto frozen = reader->read();
-  ASSERT_TRUE(frozen);
-  EXPECT_TRUE(frozen->empty()) << "a stopped job printed " << frozen->size() << " lines";
+  EXPECT_TRUE(prints_nothing(*reader)) << "a stopped job printed";
   ASSERT_TRUE(job->thaw());
   const auto thawed = ticks(read_until_tick(*reader, 1000, 2s));
   EXPECT_GE(thawed.size(), 5u) << "the job carries on once thawed";
