@@ -27,9 +27,12 @@ void apply_decisions(const CycleResult& result, Snapshot& snapshot) {
   }
   for (const Migration& m : result.migrations) {
     model::Job& job = snapshot.jobs[m.job];
+    std::string why = m.reason == MoveReason::kDrain
+                          ? "moved to empty node " + (job.status.placement.empty() ? std::string("?") : job.status.placement.front().node) +
+                                " for power-down"
+                          : "moved for job " + snapshot.jobs[m.for_job].meta.name;
     job.status.placement = bind(m.to, snapshot);
-    job.status.events.push_back({model::JobEventType::kMigrated, snapshot.now,
-                                 "moved for job " + snapshot.jobs[m.for_job].meta.name});
+    job.status.events.push_back({model::JobEventType::kMigrated, snapshot.now, std::move(why)});
   }
   for (const Repartition& r : result.repartitions) {
     model::Gpu& gpu = snapshot.nodes[r.node].gpus[r.gpu];

@@ -41,14 +41,21 @@ struct Placement {
   bool operator==(const Placement&) const = default;
 };
 
-// Move running `job` live to `to` (frozen, checkpointed, restored there: it keeps its progress) to
-// make room for the waiting job `for_job`. `pause` is how long the scheduler expects the job to be
-// frozen (PolicyConfig::migration_pause_*); its expected end moves by as much.
+// Why the scheduler moves a job: to make room for a waiting job, or to empty its node so that the
+// node goes idle and can power down (sched/drain.h).
+enum class MoveReason : uint8_t { kRoom, kDrain };
+
+// Move running `job` live to `to` (frozen, checkpointed, restored there: it keeps its progress).
+// kRoom: to make room for the waiting job `for_job`. kDrain: to empty the node it runs on now for
+// power-down; `for_job` means nothing then, and every other job on that node moves in the same
+// cycle. `pause` is how long the scheduler expects the job to be frozen
+// (PolicyConfig::migration_pause_*); its expected end moves by as much.
 struct Migration {
   JobIndex job = 0;
   std::vector<NodeGrant> to;
   JobIndex for_job = 0;
   std::chrono::milliseconds pause{0};
+  MoveReason reason = MoveReason::kRoom;
   bool operator==(const Migration&) const = default;
 };
 

@@ -14,11 +14,6 @@ int held_blocks(const ClusterState& state, const Allocation& a) {
   return blocks;
 }
 
-Time shifted(Time end, std::chrono::milliseconds pause) {
-  if (end == kNever) return end;
-  return end + std::chrono::ceil<Duration>(pause);
-}
-
 // Fewest moves, then the cheapest, then the lower node index.
 struct Ranked {
   size_t count = 0;
@@ -137,7 +132,7 @@ std::optional<MoveSet> MoveSelector::verify(ClusterState& state, const Placement
   for (uint32_t a : needed) {
     const JobIndex job = state.allocation(a).job;
     const auto pause = config_.migration_pause(jobs_[job].shape.memory_mib);
-    const Time job_end = shifted(state.allocation(a).end, pause);
+    const Time job_end = end_after_pause(state.allocation(a).end, pause);
     auto to = search.find(jobs_[job].shape, now_, job_end);
     if (!to || to->nodes.size() != 1 || to->nodes.front().mig_gpu != kNone) {
       placed_all = false;

@@ -22,6 +22,11 @@
 
 namespace cnlab::sched {
 
+// A mover's expected end once it pauses `pause`: where it was, later by the pause (kNever stays).
+inline Time end_after_pause(Time end, std::chrono::milliseconds pause) {
+  return end == kNever ? end : end + std::chrono::ceil<Duration>(pause);
+}
+
 struct Move {
   JobIndex job = 0;
   uint32_t from = 0;  // its allocation now

@@ -22,7 +22,8 @@ Result<PolicyConfig> policy_config_from_json(const Json& json) {
   r.only({"tiers", "fair_share_half_life", "deadline_urgency", "backfill", "reserve_top_jobs",
           "max_reservations", "max_preemptors_per_cycle", "repartition_idle_gpus", "power_down_after", "placement_candidates",
           "gangs_span_nodes", "max_migrations_per_cycle", "max_moves_per_job", "migrate_gpu_jobs", "move_higher_tiers", "migration_cooldown",
-          "migrate_after_wait", "migration_pause_base_ms", "migration_pause_per_gib_ms"});
+          "migrate_after_wait", "migration_pause_base_ms", "migration_pause_per_gib_ms", "max_drain_moves_per_cycle",
+          "drain_reserve"});
   if (const Json* tiers = r.array("tiers")) {
     config.tiers.clear();
     for (size_t i = 0; i < tiers->size(); ++i) {
@@ -71,7 +72,15 @@ Result<PolicyConfig> policy_config_from_json(const Json& json) {
   };
   config.migration_pause_base = millis("migration_pause_base_ms", config.migration_pause_base);
   config.migration_pause_per_gib = millis("migration_pause_per_gib_ms", config.migration_pause_per_gib);
+  config.max_drain_moves_per_cycle =
+      static_cast<int>(r.integer_or("max_drain_moves_per_cycle", config.max_drain_moves_per_cycle, 0, 100000));
+  config.drain_reserve = r.number_or("drain_reserve", config.drain_reserve, 0.0, 0.95);
   if (!r.status()) return r.status().error();
+  if (config.max_drain_moves_per_cycle > 0 && config.max_migrations_per_cycle == 0) {
+    return Error::invalid_argument("max_drain_moves_per_cycle", std::to_string(config.max_drain_moves_per_cycle),
+                                   "drain moves are live migrations and count against max_migrations_per_cycle, "
+                                   "which is 0 (migration off); set max_migrations_per_cycle above 0 too, or this to 0");
+  }
   return config;
 }
 
@@ -98,7 +107,9 @@ Json to_json(const PolicyConfig& config) {
           {"migration_cooldown", format_duration(config.migration_cooldown)},
           {"migrate_after_wait", format_duration(config.migrate_after_wait)},
           {"migration_pause_base_ms", config.migration_pause_base.count()},
-          {"migration_pause_per_gib_ms", config.migration_pause_per_gib.count()}};
+          {"migration_pause_per_gib_ms", config.migration_pause_per_gib.count()},
+          {"max_drain_moves_per_cycle", config.max_drain_moves_per_cycle},
+          {"drain_reserve", config.drain_reserve}};
 }
 
 Result<PolicyConfig> policy_config_from_file(const std::string& path, std::string_view flag) {

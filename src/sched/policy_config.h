@@ -71,6 +71,18 @@ struct PolicyConfig {
   std::chrono::milliseconds migration_pause_base{1000};
   std::chrono::milliseconds migration_pause_per_gib{4400};
 
+  // Drains for power-down (sched/drain.h): when no job is left waiting for room, a cycle may move
+  // every running job off a lightly used node onto nodes that are busy anyway, so that the node
+  // goes idle and is reported for power-down after `power_down_after`. Drain moves per cycle (0:
+  // never). They are live migrations like the moves for room, so they also count against
+  // `max_migrations_per_cycle` (which must then be above 0), `max_moves_per_job` bounds the jobs
+  // of one drained node, and `migration_cooldown` and `migrate_gpu_jobs` apply. A job expected to
+  // end within `power_down_after` is left to finish, and its node is not drained.
+  int max_drain_moves_per_cycle = 0;
+  // The nodes that stay busy keep at least this fraction of their GPU blocks, CPU and memory free
+  // after a drain, so that a burst of arrivals still finds room without waiting for a node to boot.
+  double drain_reserve = 0.25;
+
   // The pause a move of a job holding `memory_mib` of host memory is expected to cost.
   std::chrono::milliseconds migration_pause(int64_t memory_mib) const {
     return migration_pause_base + migration_pause_per_gib * memory_mib / 1024;

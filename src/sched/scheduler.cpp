@@ -9,6 +9,7 @@
 
 #include "sched/calendar.h"
 #include "sched/cluster_state.h"
+#include "sched/drain.h"
 #include "sched/explain.h"
 #include "sched/fair_share.h"
 #include "sched/job_info.h"
@@ -32,6 +33,8 @@ namespace {
 
 // Waiting jobs for which moves are looked for, per cycle: each search scans the cluster.
 constexpr uint32_t kMigrationSearchesPerCycle = 16;
+// Candidate nodes verified for a drain, per cycle: each verification runs placement searches.
+constexpr int kDrainVerificationsPerCycle = 16;
 
 class Cycle {
  public:
@@ -44,7 +47,8 @@ class Cycle {
         scorer_(&profile_),
         search_(state_, calendar_, scorer_, SearchLimits::of(config)),
         victims_(jobs_, snapshot.now),
-        movers_(jobs_, config, snapshot.now) {}
+        movers_(jobs_, config, snapshot.now),
+        drains_(jobs_, config, movers_, snapshot.now) {}
 
   CycleResult run() {
     for (const std::string& w : state_.warnings()) warn(w);
@@ -60,6 +64,7 @@ class Cycle {
         queue.pop();
       }
     }
+    drain_for_power_down();
     report_power_down();
     return std::move(result_);
   }
@@ -69,6 +74,7 @@ class Cycle {
     uint32_t reason = 0;
     Time from_end{};          // jobs of the shape that would end at or after this fail too
     uint32_t generation = 0;  // valid while it equals failure_generation_
+    bool never = false;       // the shape can never fit this cluster, however empty
   };
 
   // --- Setup -------------------------------------------------------------------------------
@@ -250,6 +256,7 @@ class Cycle {
     const JobInfo& job = jobs_[j];
     Time end = job.estimate.count() > 0 ? end_after(now_, job.estimate) : kNever;
     if (!blocked_behind_.empty() && !config_.backfill) {
+      needs_room_ = true;
       return wait(j, intern_reason(fmt::format("waits behind job {}, which is higher in the queue (backfill is off)",
                                                snap_.jobs[blocked_behind_.front()].meta.name)));
     }
@@ -270,6 +277,8 @@ class Cycle {
       failed = remember_failure(job.shape_id, stats.hold_rejections > 0 ? end : Time::min());
     }
     uint32_t reason = failed->reason;
+    // A job that could run here if there were room keeps every node on (no drains this cycle).
+    if (!failed->never) needs_room_ = true;
 
     std::optional<Time> latest = job.latest_start();
     bool wants_reservation = job.deadline.has_value() || reservations_without_deadline_ < config_.reserve_top_jobs;
@@ -398,7 +407,7 @@ class Cycle {
       }
       const std::string& text = result_.reasons[f.reason];
       std::string context = text.substr(std::min(text.size(), needs_text(smaller).size()));
-      own = Failure{intern_reason(needs_text(shape) + context), f.from_end, failure_generation_};
+      own = Failure{intern_reason(needs_text(shape) + context), f.from_end, failure_generation_, f.never};
       return &own;
     }
     return nullptr;
@@ -415,7 +424,7 @@ class Cycle {
     own = Failure{intern_reason(never.empty() ? why_no_fit(state_, calendar_, snap_, shape, now_,
                                                            from_end == Time::min() ? kNever : from_end)
                                               : never),
-                  from_end, failure_generation_};
+                  from_end, failure_generation_, !never.empty()};
     failure_families_[family_of(shape)].push_back(id);
     return &own;
   }
@@ -471,6 +480,30 @@ class Cycle {
 
   void warn(std::string text) { result_.warnings.push_back(std::move(text)); }
 
+  // Drains for power-down come last, once every waiting job had its chance at the room, and only
+  // when none is left waiting for room (a drained node is room a waiting job could have used).
+  void drain_for_power_down() {
+    if (config_.max_drain_moves_per_cycle <= 0 || needs_room_) return;
+    DrainBudget budget{std::min(config_.max_drain_moves_per_cycle,
+                                config_.max_migrations_per_cycle - static_cast<int>(result_.migrations.size())),
+                       kDrainVerificationsPerCycle};
+    std::vector<uint8_t> skip(state_.node_count(), 0);
+    while (budget.moves > 0) {
+      auto drain = drains_.choose(state_, calendar_, search_, budget, skip);
+      if (!drain) return;
+      for (const Move& move : drain->moves) state_.release(move.from);
+      for (Move& move : drain->moves) {
+        Applied applied = apply_plan(state_, calendar_, move.to, move.job, false, now_, move.end);
+        job_allocations_[move.job] = {applied.allocations.front(), 1};
+        jobs_[move.job].movable = false;  // once per cycle at most
+        jobs_[move.job].moved = true;
+        result_.migrations.push_back({move.job, std::move(applied.grants), move.job, move.pause, MoveReason::kDrain});
+      }
+      budget.moves -= static_cast<int>(drain->moves.size());
+      skip[drain->node] = 1;
+    }
+  }
+
   void report_power_down() {
     for (uint32_t n = 0; n < state_.node_count(); ++n) {
       const model::Node& node = snap_.nodes[n];
@@ -490,6 +523,7 @@ class Cycle {
   std::vector<JobInfo> jobs_;
   VictimSelector victims_;
   MoveSelector movers_;
+  DrainSelector drains_;
   CycleResult result_;
 
   std::vector<std::pair<uint32_t, uint32_t>> job_allocations_;  // (first allocation id, count) per job
@@ -519,6 +553,7 @@ class Cycle {
   std::vector<JobIndex> blocked_behind_;
   int reservations_without_deadline_ = 0;
   int preemptors_ = 0;
+  bool needs_room_ = false;  // a job was left waiting (or placed only by moves or evictions) for room
 };
 
 }  // namespace

@@ -156,6 +156,76 @@ TEST(Invariants, MovesForRoomKeepCapacityAndNeverMoveAJobTwiceOrEvictAMovedOne) 
   EXPECT_GT(moved_in_all, 0u) << "the workloads gave moves nothing to do";
 }
 
+TEST(Invariants, DrainsEmptyWholeNodesOntoBusyOnesKeepCapacityAndMoveNoJobTwice) {
+  PolicyConfig drains;
+  drains.max_migrations_per_cycle = 16;
+  drains.max_drain_moves_per_cycle = 8;
+  drains.migrate_gpu_jobs = true;
+  drains.move_higher_tiers = true;
+  size_t drained_in_all = 0;
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    // A light load, so that cycles often leave no job waiting for room.
+    World w = random_world(seed, 24, 40);
+    std::mt19937_64 rng(seed * 7919);
+    for (int step = 0; step < 15; ++step) {
+      const Snapshot before = w.snapshot;
+      CycleResult r = run_cycle(w.snapshot, drains);
+      ASSERT_TRUE(r.warnings.empty()) << "seed " << seed << ": " << r.warnings[0];
+      std::set<std::string> busy_before, drained, targets;
+      for (const auto& job : before.jobs) {
+        if (job.status.phase != model::JobPhase::kRunning) continue;
+        for (const auto& b : job.status.placement) busy_before.insert(b.node);
+      }
+      std::set<JobIndex> moved, evicted;
+      for (const auto& p : r.preemptions) evicted.insert(p.victim);
+      int drain_moves = 0;
+      for (const auto& m : r.migrations) {
+        const model::Job& job = before.jobs[m.job];
+        ASSERT_EQ(job.status.phase, model::JobPhase::kRunning);
+        ASSERT_TRUE(job.spec.checkpointable);
+        ASSERT_TRUE(moved.insert(m.job).second) << "moved twice in one cycle";
+        ASSERT_FALSE(evicted.count(m.job)) << "seed " << seed << ": moved and evicted in one cycle";
+        ASSERT_EQ(m.to.size(), 1u);
+        const std::string& from = job.status.placement[0].node;
+        const std::string& to = before.nodes[m.to[0].node].meta.name;
+        ASSERT_NE(to, from) << "moved onto its own node";
+        for (const auto& e : job.status.events) {
+          ASSERT_FALSE((e.type == model::JobEventType::kMigrated || e.type == model::JobEventType::kMigrationRequested) &&
+                       before.now - e.time < drains.migration_cooldown)
+              << "moved within its cooldown";
+        }
+        if (m.reason != MoveReason::kDrain) {
+          ASSERT_NE(placement_of(r, m.for_job), nullptr) << "a move for a job left waiting";
+          continue;
+        }
+        ++drain_moves;
+        drained.insert(from);
+        targets.insert(to);
+        ASSERT_TRUE(busy_before.count(to)) << "seed " << seed << ": drained onto " << to << ", which ran nothing";
+        if (job.spec.estimated_duration) {
+          Time end = *job.status.started_at + *job.spec.estimated_duration;
+          ASSERT_TRUE(end <= before.now || end - before.now >= drains.power_down_after) << "a job about to end moved";
+        }
+      }
+      ASSERT_LE(drain_moves, 8);
+      ASSERT_LE(r.migrations.size(), 16u);
+      for (const std::string& node : targets) ASSERT_FALSE(drained.count(node)) << "drained onto a drained node";
+      drained_in_all += drained.size();
+      apply_decisions(r, w.snapshot);
+      ASSERT_EQ(capacity_violation(w.snapshot), "") << "seed " << seed << " step " << step;
+      for (const auto& job : w.snapshot.jobs) {
+        if (job.status.phase != model::JobPhase::kRunning) continue;
+        for (const auto& b : job.status.placement) {
+          ASSERT_FALSE(drained.count(b.node)) << "seed " << seed << ": drained node " << b.node << " still runs "
+                                              << job.meta.name;
+        }
+      }
+      advance(w, rng, 10 * kMinute, 3);
+    }
+  }
+  EXPECT_GT(drained_in_all, 0u) << "the workloads gave drains nothing to do";
+}
+
 TEST(Invariants, SameSnapshotGivesTheSameDecisions) {
   World w = random_world(99, 32, 600);
   std::mt19937_64 rng(5);
