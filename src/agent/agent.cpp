@@ -25,6 +25,7 @@
 #include "agent/job_runner.h"
 #include "agent/node_identity.h"
 #include "agent/node_report.h"
+#include "agent/peer_endpoint.h"
 #include "agent/runtime/runtime.h"
 #include "agent/server_api.h"
 #include "common/strings.h"
@@ -39,6 +40,9 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
 namespace {
+
+// The largest dump another agent may stream here (a stop-and-copy dump holds the job's memory).
+constexpr size_t kMaxMigrationDumpBytes = size_t{16} << 30;
 
 Time now() { return std::chrono::time_point_cast<std::chrono::seconds>(std::chrono::system_clock::now()); }
 
@@ -154,6 +158,9 @@ class AgentImpl final : public Agent {
   Status register_or_load();
   void adopt_jobs();
   void heartbeat_loop();
+  // This node's certificate and the endpoint other agents stream migrating jobs to; on failure
+  // (logged) the node neither sends nor takes live migrations.
+  void start_peer_endpoint();
   // Brings MIG-enabled GPUs to the layouts the scheduler decided (the node record), before the
   // heartbeat reports what is there. Returns the revision of the record it read (0: unread): the
   // heartbeat names it, so that the server keeps a layout decided after it.
@@ -189,6 +196,7 @@ class AgentImpl final : public Agent {
   RunnerContext context_;
   NodeReportInput report_input_;
   std::unique_ptr<net::Server> metrics_;
+  std::unique_ptr<PeerEndpoint> peer_endpoint_;  // set while this node takes live migrations
 
   mutable std::mutex mutex_;
   std::condition_variable wake_;
@@ -372,6 +380,7 @@ Status AgentImpl::open() {
   };
 
   if (auto ok = register_or_load(); !ok) return ok;
+  if (runtime_->capabilities().checkpoint) start_peer_endpoint();
   adopt_jobs();
 
   if (!config_.metrics_listen.empty()) {
@@ -403,6 +412,27 @@ Status AgentImpl::open() {
                name_, config_.server, gpus_->gpus().size(), gpus_->kind(), to_string(caps.cgroups), caps.namespaces,
                config_.run_as, metrics_url());
   return Status::ok();
+}
+
+void AgentImpl::start_peer_endpoint() {
+  auto tls = ensure_node_certificate(context_.server, token(), config_.data_dir, name_);
+  if (!tls) {
+    spdlog::warn("live migrations off: no node certificate node=\"{}\" error=\"{}\"", name_, tls.error().to_string());
+    return;
+  }
+  auto where = parse_host_port(report_input_.address, "--address");
+  const std::string host = where ? where->host : report_input_.address;
+  const fs::path incoming = fs::path(config_.data_dir) / "incoming";
+  auto endpoint = PeerEndpoint::start(format_host_port({host, config_.peer_port}), *tls, incoming, kMaxMigrationDumpBytes);
+  if (!endpoint) {
+    spdlog::warn("live migrations off: the peer endpoint node=\"{}\" error=\"{}\"", name_, endpoint.error().to_string());
+    return;
+  }
+  peer_endpoint_ = std::move(*endpoint);
+  context_.node_tls = *tls;
+  context_.incoming_dir = incoming;
+  report_input_.peer_address = format_host_port({host, peer_endpoint_->port()});
+  spdlog::info("live migrations on node=\"{}\" peer_address=\"{}\"", name_, report_input_.peer_address);
 }
 
 Status AgentImpl::register_or_load() {

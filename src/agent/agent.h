@@ -46,9 +46,12 @@ struct AgentConfig {
   // (find_criu); "none" turns them off (those jobs then save their own state on SIGUSR1).
   std::string criu;
   // Live migrations post-copy: the job runs on the target as soon as all but its memory arrived,
-  // and pulls the memory from a page server on this node (at `address`) meanwhile. The pages go
-  // over plain TCP, not TLS: for trusted networks. Off: stop-and-copy through the server.
+  // and pulls the memory from this node (at `address`) meanwhile, over mutual TLS. Off:
+  // stop-and-copy (the whole dump streamed to the target before it runs).
   bool post_copy = false;
+  // The port of the peer endpoint (on `address`'s host) where other agents stream migrating jobs
+  // to this one over mutual TLS; 0: one the kernel picks (reported to the server either way).
+  int peer_port = 0;
 };
 
 class Agent {

@@ -138,7 +138,11 @@ void add_agent_commands(CLI::App& app) {
                   "\"none\": off)");
   cmd->add_flag("--post-copy", c.post_copy,
                 "Live migrations post-copy (CRIU lazy pages): the job runs on the target at once and pulls its memory "
-                "from a page server on this node's --address; the pages go over plain TCP (trusted networks only)");
+                "from this node's --address over mutual TLS (node certificates)");
+  cmd->add_option("--peer-port", c.peer_port,
+                  "The port on --address where other agents stream migrating jobs here over mutual TLS (0: any free one)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
   cmd->add_flag("--stop-jobs-on-exit", flags->stop_jobs, "Stop the running jobs when the agent stops (default: they keep running and are adopted)");
   cmd->callback([flags] { std::exit(run_agent(*flags)); });
 }

@@ -1,6 +1,7 @@
 #include "agent/job_runner.h"
 
 #include "agent/page_tunnel.h"
+#include "agent/peer_endpoint.h"
 
 #include "agent/vgpu_node.h"
 
@@ -336,7 +337,18 @@ bool JobRunner::prepare_and_start() {
     fs::create_directories(work, ec);
   }
   fs::create_directories(artifacts, ec);
-  bool resumed = restore_checkpoint(job, checkpoint);
+  bool resumed = false;
+  if (job.status.migration && !job.status.migration->from.empty()) {
+    // Live-migrated here: from the dump its source streamed to this node, nothing else.
+    const model::Migration& move = *job.status.migration;
+    auto taken = take_incoming_dump(context_.incoming_dir, job_id_, move.from, move.dump_digest, dir_ / "process");
+    if (!taken) return fail("migration: " + taken.error().message);
+    restored_kind_ = "process";
+    start_note_ = "migrated from " + move.from + " (dump " + move.dump_digest + ")";
+    resumed = true;
+  } else {
+    resumed = restore_checkpoint(job, checkpoint);
+  }
   std::optional<fs::path> restore_from;
   if (resumed && restored_kind_ == "process") {
     auto images = prepare_restore();
@@ -405,7 +417,8 @@ bool JobRunner::prepare_and_start() {
     // Post-copy: `criu lazy-pages` pulls the memory through a tunnel to the source's page gate.
     const model::Migration& move = *job.status.migration;
     auto gate = parse_host_port(move.pages_from, "migration.pages_from");
-    auto tunnel = gate ? PageTunnel::open(*gate, move.pages_fingerprint, move.pages_token)
+    if (!context_.node_tls) return fail("migration: this node has no node certificate to pull the job's memory with");
+    auto tunnel = gate ? PageTunnel::open(*gate, *context_.node_tls, move.from)
                        : Result<std::unique_ptr<PageTunnel>>(gate.error());
     if (!tunnel) return fail("migration: the source's page gate: " + tunnel.error().message);
     page_tunnel_ = std::move(*tunnel);
@@ -490,7 +503,7 @@ void JobRunner::supervise() {
       if (migration && migration->from.empty() && migration->to != context_.node &&
           handled_migration_ != migration->requested_at) {
         handled_migration_ = migration->requested_at;
-        migrate_out(reader ? &*reader : nullptr);
+        migrate_out(reader ? &*reader : nullptr, *migration);
         continue;
       }
       if (requested && handled_checkpoint_request_ != requested) {
@@ -615,28 +628,35 @@ void JobRunner::upload_artifacts() {
   }
 }
 
-std::string JobRunner::upload_checkpoint(const fs::path& source, const std::string& taken_at,
-                                         const std::map<std::string, std::string>& extra_headers) {
+Result<JobRunner::PackedCheckpoint> JobRunner::pack_checkpoint(const fs::path& source) {
   fs::path archive = dir_ / "checkpoint.tar.gz";
   PackOptions options;
   options.output_path = archive.string();
   options.workspace_rules = false;  // a checkpoint is every file the job saved
   auto packed = pack_workspace(source.string(), options);
-  if (!packed) {
-    spdlog::warn("job checkpoint not uploaded job=\"{}\" error=\"{}\"", job_id_, packed.error().to_string());
-    return "";
-  }
+  if (!packed) return packed.error();
   for (const auto& skipped : packed->skipped) {
     spdlog::warn("job checkpoint path left out job=\"{}\" path=\"{}\" reason=\"{}\"", job_id_, skipped.path,
                  skipped.reason);
   }
-  std::string content;
+  PackedCheckpoint out{"", packed->digest, packed->file_count};
   {
     std::ifstream in(archive, std::ios::binary);
-    content.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    out.archive.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
   std::error_code ec;
   fs::remove(archive, ec);
+  return out;
+}
+
+std::string JobRunner::upload_checkpoint(const fs::path& source, const std::string& taken_at,
+                                         const std::map<std::string, std::string>& extra_headers) {
+  auto packed = pack_checkpoint(source);
+  if (!packed) {
+    spdlog::warn("job checkpoint not uploaded job=\"{}\" error=\"{}\"", job_id_, packed.error().to_string());
+    return "";
+  }
+  const std::string& content = packed->archive;
   std::map<std::string, std::string> headers = {{"Content-Type", "application/octet-stream"},
                                                 {"Checkpoint-Digest", packed->digest},
                                                 {"Checkpoint-Taken-At", taken_at}};

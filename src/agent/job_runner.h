@@ -38,6 +38,7 @@
 
 #include "agent/files/files.h"
 #include "agent/gpu/gpu.h"
+#include "agent/node_certificate.h"
 #include "agent/page_tunnel.h"
 #include "agent/runtime/runtime.h"
 #include "agent/server_api.h"
@@ -76,6 +77,11 @@ struct RunnerContext {
   // Post-copy migrations (`cnlab agent --post-copy`): the address this node's page servers listen
   // on for a migration's target to pull the memory from; empty: migrations are stop-and-copy.
   std::string page_server_address;
+  // This node's certificate, which live migrations go between agents with (the dump to the
+  // target's peer endpoint, the memory through the page gate), and where dumps sent to this node
+  // arrive; unset: this node neither sends nor takes live migrations.
+  std::optional<NodeTls> node_tls;
+  std::filesystem::path incoming_dir;  // <data-dir>/incoming (peer_endpoint.h)
   // Resolves a node name to the host its agent reported (a gang's MASTER_ADDR).
   std::function<std::string(const std::string& node)> node_address;
   RunnerCounters* counters = nullptr;
@@ -151,6 +157,14 @@ class JobRunner {
   // `dir_/process`. The digest uploaded, or "" when it could not be.
   std::string upload_checkpoint(const std::filesystem::path& source, const std::string& taken_at,
                                 const std::map<std::string, std::string>& headers = {});
+  struct PackedCheckpoint {
+    std::string archive;  // the bytes
+    std::string digest;
+    int64_t file_count = 0;
+  };
+  Result<PackedCheckpoint> pack_checkpoint(const std::filesystem::path& source);
+  // A migration's dump in dir_/process, streamed to the target's peer endpoint.
+  Status send_dump_to_target(const model::Migration& move, const PackedCheckpoint& packed);
   // Why this job cannot be checkpointed transparently here ("" when it can).
   std::string transparent_refusal() const;
   // Dumps the job into dir_/process (replacing an older one) and copies its directories beside
@@ -164,7 +178,9 @@ class JobRunner {
   void checkpoint_on_request();
   // The source's side of a migration; returns once the job runs elsewhere (then it is stopped
   // here) or is back here (thawed).
-  void migrate_out(OutputReader* reader);
+  void migrate_out(OutputReader* reader, const model::Migration& move);
+  // Where node `node`'s agent takes migrating jobs (its peer endpoint), as its node record says.
+  Result<HostPort> peer_endpoint_of(const std::string& node);
   // Before a start from a process checkpoint: the directories of the dump put in place and the
   // images' paths moved here; the images to restore from, or an error when it cannot be.
   Result<std::filesystem::path> prepare_restore();

@@ -24,6 +24,7 @@ model::Node node_report(const NodeReportInput& input, const GpuBackend& backend,
   node.cpu_milli = input.host.cpu_milli;
   node.memory_mib = input.host.memory_mib;
   node.address = input.address;
+  node.peer_address = input.peer_address;
   node.agent_version = input.agent_version;
   std::vector<GpuInfo> gpus = backend.gpus();
   node.gpus = to_model_gpus(gpus);

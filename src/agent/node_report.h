@@ -23,6 +23,7 @@ struct NodeReportInput {
   HostResources host;
   std::string address;        // where the agent can be reached, host[:port]
   std::string agent_version;
+  std::string peer_address = "";  // its peer endpoint, HOST:PORT; empty: it takes no live migrations
 };
 
 // `previous` keeps the condition's last_transition while its status does not change.

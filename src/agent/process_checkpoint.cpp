@@ -12,6 +12,7 @@
 #include "agent/files/files.h"
 #include "agent/job_runner.h"
 #include "agent/page_tunnel.h"
+#include "agent/peer_endpoint.h"
 #include "common/time.h"
 
 namespace cnlab::agent {
@@ -115,7 +116,19 @@ void JobRunner::checkpoint_on_request() {
   (void)safe_remove_tree((dir_ / "process").string());
 }
 
-void JobRunner::migrate_out(OutputReader* reader) {
+Result<HostPort> JobRunner::peer_endpoint_of(const std::string& node) {
+  auto answer = api_.call("GET", "/v1/nodes/" + node);
+  if (!answer) return answer.error();
+  const std::string address = (*answer)["status"].value("peer_address", "");
+  if (address.empty()) {
+    return Error::failed_precondition("node " + node +
+                                      " takes no live migrations (its agent has no peer endpoint: no CRIU or no node "
+                                      "certificate there)");
+  }
+  return parse_host_port(address, "status.peer_address");
+}
+
+void JobRunner::migrate_out(OutputReader* reader, const model::Migration& move) {
   auto give_up = [&](const std::string& why) {
     spdlog::warn("job migration failed job=\"{}\" error=\"{}\"", job_id_, why);
     Json body = {{"phase", "Running"}, {"migration_failed", why}};
@@ -124,15 +137,19 @@ void JobRunner::migrate_out(OutputReader* reader) {
   std::unique_ptr<JobHandle::LazyDump> lazy;
   // Dumped but not handed over: it runs on here.
   auto abandon = [&](const std::string& why) {
+    (void)safe_remove_tree((dir_ / "process").string());
     lazy.reset();
     (void)handle_->thaw();
     migrating_out_ = false;
     give_up(why);
   };
   if (std::string why = transparent_refusal(); !why.empty()) return give_up(why);
+  if (!context_.node_tls) return give_up("this node has no node certificate, which live migrations need");
+  const NodeTls& tls = *context_.node_tls;
+  auto target = peer_endpoint_of(move.to);
+  if (!target) return give_up(target.error().message);
   migrating_out_ = true;
   const int64_t frozen_at = epoch_ms();
-  const std::string taken_at = now_text();
   // Post-copy where the agent offers it: the memory stays here, served to the target as it runs.
   auto taken = take_process_checkpoint(JobHandle::AfterDump::kLeaveStopped,
                                        context_.page_server_address.empty() ? nullptr : &lazy);
@@ -148,27 +165,32 @@ void JobRunner::migrate_out(OutputReader* reader) {
   // What it printed before the freeze goes into its log before anything the target prints.
   std::this_thread::sleep_for(50ms);
   if (reader) (void)ship_logs(*reader, false);
-  std::map<std::string, std::string> headers = {{"Checkpoint-Kind", "process"},
-                                                {"Checkpoint-Purpose", "migration"},
-                                                {"Checkpoint-Frozen-At-Ms", std::to_string(frozen_at)}};
-  // The pages leave the node only through a TLS gate that lets in the target alone.
+  Json handed_over = {{"frozen_at_ms", frozen_at}};
+  // The pages leave the node only through a gate that lets in the target's node certificate alone.
   std::unique_ptr<PageGate> gate;
   if (lazy) {
-    auto opened = PageGate::open(context_.page_server_address, lazy->page_server().port, dir_);
-    if (!opened) {
-      (void)safe_remove_tree((dir_ / "process").string());
-      return abandon("the post-copy page gate: " + opened.error().message);
-    }
+    auto opened = PageGate::open(context_.page_server_address, lazy->page_server().port, tls, move.to);
+    if (!opened) return abandon("the post-copy page gate: " + opened.error().message);
     gate = std::move(*opened);
-    headers["Checkpoint-Pages-From"] = format_host_port({context_.page_server_address, gate->port()});
-    headers["Checkpoint-Pages-Fingerprint"] = gate->fingerprint();
-    headers["Checkpoint-Pages-Token"] = gate->token();
+    handed_over["pages_from"] = format_host_port({context_.page_server_address, gate->port()});
   }
-  std::string digest = upload_checkpoint(dir_ / "process", taken_at, headers);
+  auto packed = pack_checkpoint(dir_ / "process");
   (void)safe_remove_tree((dir_ / "process").string());
-  if (digest.empty()) return abandon("its dump could not be stored on the server");
-  spdlog::info("job frozen for migration job=\"{}\" digest=\"{}\" dump_ms={} bytes={} post_copy={}", job_id_, digest,
-               taken->pause.count(), taken->bytes, lazy != nullptr);
+  if (!packed) return abandon("its dump could not be packed: " + packed.error().message);
+  if (auto sent = send_dump(*target, move.to, tls, job_id_, packed->archive, packed->digest); !sent) {
+    return abandon("node " + move.to + " did not take its dump: " + sent.error().message);
+  }
+  handed_over["dump_digest"] = packed->digest;
+  Json body = {{"phase", "Running"}, {"migration_handed_over", handed_over}};
+  Result<Json> told = Error::of(ErrorCode::kUnavailable, "", "", "not asked");
+  for (int attempt = 0; attempt < 5 && !detached(); ++attempt) {
+    told = api_.call("PUT", "/v1/jobs/" + job_id_ + "/status", body.dump());
+    if (told || told.error().code != ErrorCode::kUnavailable) break;
+    pause(std::chrono::milliseconds(200 << attempt));
+  }
+  if (!told) return abandon("the server did not take the hand-over: " + told.error().message);
+  spdlog::info("job frozen for migration job=\"{}\" to=\"{}\" digest=\"{}\" dump_ms={} bytes={} post_copy={}", job_id_,
+               move.to, packed->digest, taken->pause.count(), packed->archive.size(), lazy != nullptr);
   // The outcome: the target runs it (the job is no longer ours to see), or it is given back.
   const auto deadline = std::chrono::steady_clock::now() + kMigrationOutcomeWait;
   while (!detached() && std::chrono::steady_clock::now() < deadline) {

@@ -110,11 +110,8 @@ Json status_to_json(const JobStatus& status) {
     if (!m.from.empty()) move["from"] = m.from;
     if (m.frozen_at) move["frozen_at"] = format_rfc3339(*m.frozen_at);
     if (m.frozen_at_ms > 0) move["frozen_at_ms"] = m.frozen_at_ms;
-    if (!m.pages_from.empty()) {
-      move["pages_from"] = m.pages_from;
-      move["pages_fingerprint"] = m.pages_fingerprint;
-      move["pages_token"] = m.pages_token;
-    }
+    if (!m.pages_from.empty()) move["pages_from"] = m.pages_from;
+    if (!m.dump_digest.empty()) move["dump_digest"] = m.dump_digest;
     j["migration"] = std::move(move);
   }
   return j;
@@ -313,7 +310,10 @@ JobStatus read_status(JsonReader& r) {
   status.checkpoint_requested_at = r.time("checkpoint_requested_at");
   if (const Json* migration = r.object("migration")) {
     JsonReader m(*migration, r.path_of("migration"));
-    m.only({"to", "requested_at", "from", "frozen_at", "frozen_at_ms", "pages_from", "pages_fingerprint", "pages_token"});
+    // pages_fingerprint and pages_token: what a migration under way before node certificates
+    // carried; read and dropped (the migration then fails on its target and the job runs on).
+    m.only({"to", "requested_at", "from", "frozen_at", "frozen_at_ms", "pages_from", "dump_digest", "pages_fingerprint",
+            "pages_token"});
     Migration move;
     move.to = m.string_or("to", "");
     move.requested_at = detail::required_time(m, "requested_at");
@@ -321,8 +321,7 @@ JobStatus read_status(JsonReader& r) {
     move.frozen_at = m.time("frozen_at");
     move.frozen_at_ms = m.integer_or("frozen_at_ms", 0, 0, INT64_MAX);
     move.pages_from = m.string_or("pages_from", "");
-    move.pages_fingerprint = m.string_or("pages_fingerprint", "");
-    move.pages_token = m.string_or("pages_token", "");
+    move.dump_digest = m.string_or("dump_digest", "");
     if (!m.status()) r.fail(m.status().error());
     status.migration = std::move(move);
   }

@@ -153,10 +153,9 @@ struct Migration {
   // Post-copy: "host:port" of the source's page gate, which the target pulls the job's memory
   // from over TLS (the dump it stored holds all but the memory). Empty: stop-and-copy.
   std::string pages_from = "";
-  // The source's page gate: its certificate's SHA-256 (hex), which the target checks, and the
-  // one-time token the target presents to it (see agent/page_tunnel.h).
-  std::string pages_fingerprint = "";
-  std::string pages_token = "";
+  // The digest of the dump the source streamed straight to the target's peer endpoint (set with
+  // `from`): the target restores only a dump it received from `from` with this digest.
+  std::string dump_digest = "";
   bool operator==(const Migration&) const = default;
 };
 

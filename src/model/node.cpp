@@ -176,6 +176,7 @@ Json to_json(const Node& node) {
   }
   if (!node.agent_version.empty()) status["agent_version"] = node.agent_version;
   if (!node.address.empty()) status["address"] = node.address;
+  if (!node.peer_address.empty()) status["peer_address"] = node.peer_address;
   return {{"kind", "Node"},
           {"metadata", to_json(node.meta)},
           {"spec", {{"unschedulable", node.unschedulable}}},
@@ -195,7 +196,7 @@ Result<Node> node_from_json(const Json& json) {
 
   JsonReader st(*parts->status, "status");
   st.only({"phase", "cpu_milli", "memory_mib", "simulated", "gpus", "idle_since", "last_heartbeat", "conditions",
-           "agent_version", "address"});
+           "agent_version", "address", "peer_address"});
   node.phase = detail::read_enum(st, "phase", kPhases, NodePhase::kReady, "phases");
   node.cpu_milli = st.integer_or("cpu_milli", 0, 0, int64_t{1} << 40);
   node.memory_mib = st.integer_or("memory_mib", 0, 0, int64_t{1} << 40);
@@ -218,6 +219,7 @@ Result<Node> node_from_json(const Json& json) {
   }
   node.agent_version = detail::bounded_string(st, "agent_version", 256);
   node.address = detail::bounded_string(st, "address", 1024);
+  node.peer_address = detail::bounded_string(st, "peer_address", 1024);
   if (!st.status()) return st.status().error();
   if (auto valid = validate(node); !valid) return valid.error();
   return node;

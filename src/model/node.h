@@ -65,6 +65,9 @@ struct Node {
   std::vector<NodeCondition> conditions;
   std::string agent_version;  // the version of `cnlab agent` running there
   std::string address;        // where the agent can be reached ("10.0.0.12:7443"), as it reported it
+  // HOST:PORT of the agent's peer endpoint, where other agents stream migrating jobs to it over
+  // mutual TLS (node certificates); empty: it takes no migrations.
+  std::string peer_address;
 
   // Whether it takes new work: Ready and not cordoned.
   bool schedulable() const { return phase == NodePhase::kReady && !unschedulable; }
@@ -72,9 +75,9 @@ struct Node {
 };
 
 // JSON: spec {"unschedulable"}; status {"phase", "cpu_milli", "memory_mib", "simulated", "gpus",
-// "idle_since", "last_heartbeat", "conditions", "agent_version", "address"}; each GPU {"index",
+// "idle_since", "last_heartbeat", "conditions", "agent_version", "address", "peer_address"}; each GPU {"index",
 // "uuid", "model", "memory_mib", "healthy", "mig_enabled", "mig_instances", "simulated"}. Empty
-// conditions, agent_version and address are omitted.
+// conditions, agent_version, address and peer_address are omitted.
 Json to_json(const Node& node);
 // Decodes and validates; the error names the JSON path of the first bad field, unknown fields are
 // refused, and absent fields take the defaults above (JSON from before a field existed decodes).

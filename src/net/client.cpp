@@ -108,6 +108,12 @@ class ClientImpl final : public Client {
         return Error::invalid_argument("ca_file", options_.ca_file, "not a readable PEM certificate: " + ec.message());
       }
     }
+    if (!options_.cert_file.empty()) {
+      tls_context_->use_certificate_chain_file(options_.cert_file, ec);
+      if (ec) return Error::invalid_argument("cert_file", options_.cert_file, "not a PEM certificate: " + ec.message());
+      tls_context_->use_private_key_file(options_.key_file, ssl::context::pem, ec);
+      if (ec) return Error::invalid_argument("key_file", options_.key_file, "not a PEM private key: " + ec.message());
+    }
     return Status::ok();
   }
 
@@ -122,7 +128,9 @@ class ClientImpl final : public Client {
       SSL* ssl = tls_->native_handle();
       error_code address_ec;
       asio::ip::make_address(url_.host, address_ec);
-      if (address_ec) {
+      if (!options_.server_name.empty()) {
+        SSL_set1_host(ssl, options_.server_name.c_str());
+      } else if (address_ec) {
         // A name: sent as SNI and checked against the certificate's DNS names.
         SSL_set_tlsext_host_name(ssl, url_.host.c_str());
         SSL_set1_host(ssl, url_.host.c_str());
@@ -154,7 +162,7 @@ class ClientImpl final : public Client {
           return unavailable("TLS certificate verification of " + url_.authority + " failed: " +
                              X509_verify_cert_error_string(verify) + " (the server's certificate must chain to " +
                              (options_.ca_file.empty() ? std::string("a system CA") : options_.ca_file) +
-                             " and name " + url_.host + ")");
+                             " and name " + (options_.server_name.empty() ? url_.host : options_.server_name) + ")");
         }
         return unavailable("TLS handshake with " + url_.authority + " failed: " + ec.message());
       }

@@ -4,8 +4,11 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "net/net.h"
+
+struct ssl_st;  // OpenSSL's SSL
 
 namespace cnlab::net::detail {
 
@@ -26,5 +29,9 @@ std::string error_body(std::string_view code, std::string_view message);
 // ':' and not empty).
 bool valid_header_name(std::string_view name);
 bool valid_header_value(std::string_view value);
+
+// The DNS names of the certificate the peer of a finished TLS handshake presented, when it
+// verified; empty otherwise.
+std::vector<std::string> peer_dns_names(ssl_st* ssl);
 
 }  // namespace cnlab::net::detail

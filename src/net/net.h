@@ -32,6 +32,9 @@ struct Request {
   std::map<std::string, std::string> headers;     // names lower-cased
   std::string body;
   std::string remote;  // "127.0.0.1:53422"
+  // With mutual TLS (ServerOptions::client_ca_file): the DNS names of the client's verified
+  // certificate; empty otherwise.
+  std::vector<std::string> peer_dns_names = {};
 
   std::string header(const std::string& lower_name) const;  // "" when absent
   std::string query_value(const std::string& name) const;   // "" when absent
@@ -74,6 +77,9 @@ struct ServerOptions {
   bool tls = true;
   std::string cert_file;  // PEM chain, required with tls
   std::string key_file;   // PEM private key, required with tls
+  // Mutual TLS: when set, a client must present a certificate chaining to this CA (PEM) or the
+  // handshake fails; its DNS names reach handlers as Request::peer_dns_names.
+  std::string client_ca_file = "";
   int io_threads = 2;
   int worker_threads = 64;
   size_t max_body_bytes = 8 << 20;    // larger bodies get 413 before the handler runs
@@ -111,6 +117,12 @@ struct ClientOptions {
   std::string ca_file;  // PEM; the server's certificate must chain to it (https only)
   std::string token;    // sent as "Authorization: Bearer ..." when not empty
   std::chrono::milliseconds timeout{30000};
+  // Mutual TLS: the client's own certificate and key (PEM files), presented when the server asks.
+  std::string cert_file = "";
+  std::string key_file = "";
+  // When set, the server's certificate must carry this DNS name, whatever host the URL names (an
+  // agent reached at its IP address proves it is node X by its node certificate's name).
+  std::string server_name = "";
 };
 
 // The ErrorCode an HTTP status stands for (the inverse of the server's mapping; 5xx: unavailable).

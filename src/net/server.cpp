@@ -496,6 +496,9 @@ class Session final : public SessionBase {
   }
 
   void after_handshake() {
+    if constexpr (kTls) {
+      if (!shared_->options.client_ca_file.empty()) req_.peer_dns_names = detail::peer_dns_names(stream_.native_handle());
+    }
     if (overflow_) {
       respond_error(503, "unavailable", "the server has too many connections; try again later");
       return;
@@ -817,6 +820,14 @@ Result<std::unique_ptr<ssl::context>> make_tls_context(const ServerOptions& opti
   if (SSL_CTX_check_private_key(context->native_handle()) != 1) {
     return Error::invalid_argument("key_file", options.key_file,
                                    "does not match the certificate in " + options.cert_file);
+  }
+  if (!options.client_ca_file.empty()) {
+    context->load_verify_file(options.client_ca_file, ec);
+    if (ec) {
+      return Error::invalid_argument("client_ca_file", options.client_ca_file,
+                                     "not a readable PEM certificate: " + ec.message());
+    }
+    context->set_verify_mode(ssl::verify_peer | ssl::verify_fail_if_no_peer_cert);
   }
   return context;
 }

@@ -33,6 +33,7 @@ Api::Api(ApiContext context) : ctx_(std::move(context)) {
   route("GET", "/v1/nodes", &Api::list_nodes);
   route("GET", "/v1/nodes/{name}", &Api::get_node);
   route("PUT", "/v1/nodes/{name}/heartbeat", &Api::heartbeat);
+  route("POST", "/v1/nodes/{name}/certificate", &Api::issue_node_certificate);
   route("POST", "/v1/nodes/{name}/cordon", &Api::cordon_node);
   route("POST", "/v1/nodes/{name}/uncordon", &Api::uncordon_node);
   route("POST", "/v1/nodes/{name}/drain", &Api::drain_node);

@@ -110,6 +110,8 @@ class Api {
   net::Response uncordon_node(const Call& call);
   net::Response drain_node(const Call& call);
   net::Response set_node_schedulable(const Call& call, bool cordon, bool drain);
+  // node_certificates_api.cpp
+  net::Response issue_node_certificate(const Call& call);
 
   // access_api.cpp
   net::Response create_project(const Call& call);

@@ -18,7 +18,6 @@
 #include "server/api_error.h"
 #include "server/blob_files.h"
 #include "server/job_writes.h"
-#include "server/migrations.h"
 #include "common/strings.h"
 
 namespace cnlab::server {
@@ -28,17 +27,6 @@ constexpr const char* kDigestHeader = "checkpoint-digest";
 constexpr const char* kTakenAtHeader = "checkpoint-taken-at";
 // "files" (default) or "process": what the archive holds (model::CheckpointRef::kind).
 constexpr const char* kKindHeader = "checkpoint-kind";
-// "migration": the dump of a job being migrated; once stored, the job is bound to its target.
-constexpr const char* kPurposeHeader = "checkpoint-purpose";
-constexpr const char* kPagesFromHeader = "checkpoint-pages-from";
-constexpr const char* kPagesFingerprintHeader = "checkpoint-pages-fingerprint";
-constexpr const char* kPagesTokenHeader = "checkpoint-pages-token";
-
-bool is_hex64(const std::string& text) {
-  return text.size() == 64 && text.find_first_not_of("0123456789abcdef") == std::string::npos;
-}
-
-constexpr const char* kFrozenAtHeader = "checkpoint-frozen-at-ms";
 
 // Writes of archives and the removal of those no job names go one at a time, so that a removal
 // never takes an archive another job's upload has just written and is about to name.
@@ -104,36 +92,6 @@ net::Response Api::put_checkpoint(const Call& call) {
   if (kind != "files" && kind != "process") {
     return error_response(Error::invalid_argument("Checkpoint-Kind", kind, "\"files\" or \"process\""));
   }
-  const std::string purpose = call.request.header(kPurposeHeader);
-  if (!purpose.empty() && purpose != "migration") {
-    return error_response(Error::invalid_argument("Checkpoint-Purpose", purpose, "\"migration\", or no header"));
-  }
-  int64_t frozen_at_ms = 0;
-  if (std::string text = call.request.header(kFrozenAtHeader); !text.empty()) {
-    auto parsed = parse_int(text, "Checkpoint-Frozen-At-Ms");
-    if (!parsed || *parsed < 0) {
-      return error_response(Error::invalid_argument("Checkpoint-Frozen-At-Ms", text, "milliseconds since the epoch"));
-    }
-    frozen_at_ms = *parsed;
-  }
-  // Post-copy: where the source's page server serves the memory the dump leaves out.
-  const std::string pages_from = call.request.header(kPagesFromHeader);
-  const std::string pages_fingerprint = call.request.header(kPagesFingerprintHeader);
-  const std::string pages_token = call.request.header(kPagesTokenHeader);
-  if (!pages_from.empty()) {
-    if (purpose != "migration" || !parse_host_port(pages_from, kPagesFromHeader)) {
-      return error_response(Error::invalid_argument(
-          "Checkpoint-Pages-From", pages_from.substr(0, 128),
-          "HOST:PORT of the source's page gate (an IPv6 address in brackets), on a migration's dump only"));
-    }
-    for (const auto& [name, value] : {std::pair{"Checkpoint-Pages-Fingerprint", pages_fingerprint},
-                                      std::pair{"Checkpoint-Pages-Token", pages_token}}) {
-      if (!is_hex64(value)) {
-        return error_response(Error::invalid_argument(name, value.substr(0, 128),
-                                                      "64 lowercase hex characters, with Checkpoint-Pages-From"));
-      }
-    }
-  }
   const std::string& body = call.request.body;
   const size_t limit = ctx_.config.max_checkpoint_bytes;
   if (body.size() > limit) {
@@ -190,15 +148,6 @@ net::Response Api::put_checkpoint(const Call& call) {
         job.status.events.push_back({model::JobEventType::kCheckpointed, call.now,
                                      fmt::format("{} checkpoint {} ({} bytes) uploaded by {}", kind, *digest,
                                                  taken.size_bytes, caller.node)});
-        if (purpose == "migration") {
-          if (!job.status.migration || !job.status.migration->from.empty() || !bound_to(job, caller.node)) {
-            return Error::of(ErrorCode::kConflict, "job", id, "no migration of the job from " + caller.node + " is under way");
-          }
-          bind_to_migration_target(job, caller.node, frozen_at_ms, call.now);
-          job.status.migration->pages_from = pages_from;
-          job.status.migration->pages_fingerprint = pages_fingerprint;
-          job.status.migration->pages_token = pages_token;
-        }
         return true;
       },
       audit.dump());

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/strings.h"
+#include "model/workspace.h"
 #include "server/api.h"
 #include "server/api_error.h"
 #include "server/job_writes.h"
@@ -522,7 +524,7 @@ net::Response Api::report_job_status(const Call& call) {
   if (!body) return error_response(body.error());
   JsonReader r(*body, "");
   r.only({"phase", "exit_code", "signal", "message", "checkpoint_at", "gpu_active_at", "memory_event", "move_requested",
-          "migration_failed"});
+          "migration_failed", "migration_handed_over"});
   std::string phase = r.string("phase");
   int64_t exit_code = r.integer_or("exit_code", -1, -1, 255);
   int64_t signal = r.integer_or("signal", 0, 0, 127);
@@ -535,6 +537,25 @@ net::Response Api::report_job_status(const Call& call) {
   std::string move_requested = r.string_or("move_requested", "");
   // The source could not dump it for a migration asked for (it runs on there).
   std::string migration_failed = r.string_or("migration_failed", "");
+  // The source streamed its dump to the target's peer endpoint, which holds it (the job stays
+  // frozen on the source): bind the job to the target, which restores it.
+  std::optional<model::Migration> handed_over;
+  if (const Json* given = r.object("migration_handed_over")) {
+    JsonReader h(*given, r.path_of("migration_handed_over"));
+    h.only({"dump_digest", "frozen_at_ms", "pages_from"});
+    model::Migration move;
+    move.dump_digest = h.string("dump_digest");
+    move.frozen_at_ms = h.integer_or("frozen_at_ms", 0, 0, INT64_MAX);
+    move.pages_from = h.string_or("pages_from", "");
+    if (h.status()) {
+      if (auto valid = model::validate_digest(move.dump_digest, h.path_of("dump_digest")); !valid) h.fail(valid.error());
+    }
+    if (h.status() && !move.pages_from.empty()) {
+      if (auto parsed = parse_host_port(move.pages_from, h.path_of("pages_from")); !parsed) h.fail(parsed.error());
+    }
+    if (!h.status()) r.fail(h.status().error());
+    handed_over = std::move(move);
+  }
   if (!r.status()) return error_response(r.status().error());
   if ((gpu_active_at || !memory_event.empty() || !move_requested.empty()) && phase != "Running") {
     return error_response(Error::invalid_argument("phase", phase, "gpu_active_at, memory_event and move_requested come with Running"));
@@ -572,8 +593,17 @@ net::Response Api::report_job_status(const Call& call) {
         if (!migration_failed.empty() && job.status.migration && job.status.migration->from.empty()) {
           job.status.migration.reset();
           job.status.events.push_back(event(model::JobEventType::kMigrationFailed, call.now,
-                                            "node " + call.caller.node + " could not dump it: " + migration_failed +
-                                                "; it runs on there"));
+                                            "node " + call.caller.node + " could not hand it over: " + migration_failed +
+                                                "; it carries on on " + call.caller.node));
+          return true;
+        }
+        if (handed_over) {
+          if (!job.status.migration || !job.status.migration->from.empty()) {
+            return Error::of(ErrorCode::kConflict, "job", id, "no migration of the job from " + call.caller.node + " is under way");
+          }
+          bind_to_migration_target(job, call.caller.node, handed_over->frozen_at_ms, call.now);
+          job.status.migration->pages_from = handed_over->pages_from;
+          job.status.migration->dump_digest = handed_over->dump_digest;
           return true;
         }
         if (to->second == model::JobPhase::kRunning && job.status.phase == model::JobPhase::kRunning) {

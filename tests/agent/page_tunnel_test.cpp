@@ -1,6 +1,7 @@
-// The post-copy page stream's TLS gate and tunnel on loopback: bytes go through both ways to the
-// backend (an echo server standing in for CRIU's page server), and a tunnel that has the wrong
-// fingerprint or the wrong token never reaches it.
+// The post-copy page stream's gate and tunnel on loopback, over mutual TLS with node
+// certificates: bytes go through both ways to the backend (an echo server standing in for CRIU's
+// page server), and a tunnel of another node, a gate that is not the source, or a certificate from
+// another cluster's CA never gets a byte through.
 #include "agent/page_tunnel.h"
 
 #include <arpa/inet.h>
@@ -13,6 +14,8 @@
 #include <filesystem>
 #include <string>
 #include <thread>
+
+#include "test_cluster_ca.h"
 
 namespace cnlab::agent {
 namespace {
@@ -91,22 +94,29 @@ class PageTunnelTest : public ::testing::Test {
   void SetUp() override {
     char name[] = "/tmp/cnlab-page-tunnel-XXXXXX";
     dir_ = ::mkdtemp(name);
-    auto gate = PageGate::open("127.0.0.1", echo_.port(), dir_);
+    ca_ = std::make_unique<TestClusterCa>(dir_ / "cluster");
+    // The source, node-a, serves the pages of a job moving to node-b.
+    auto gate = PageGate::open("127.0.0.1", echo_.port(), ca_->node("node-a"), "node-b");
     ASSERT_TRUE(gate) << gate.error().to_string();
     gate_ = std::move(*gate);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
+  // What `tls` gets through a tunnel to the gate, expecting the gate to be `source`'s.
+  std::string through(const NodeTls& tls, const std::string& source, const std::string& data) {
+    auto tunnel = PageTunnel::open({"127.0.0.1", gate_->port()}, tls, source);
+    EXPECT_TRUE(tunnel) << tunnel.error().to_string();
+    return tunnel ? round_trip((*tunnel)->port(), data) : "";
+  }
+
   EchoServer echo_;
   std::filesystem::path dir_;
+  std::unique_ptr<TestClusterCa> ca_;
   std::unique_ptr<PageGate> gate_;
 };
 
 TEST_F(PageTunnelTest, BytesGoThroughTheGateAndTunnelBothWays) {
-  EXPECT_EQ(gate_->fingerprint().size(), 64u);
-  EXPECT_TRUE(std::filesystem::is_empty(dir_)) << "its one-time key is not left on disk";
-  EXPECT_EQ(gate_->token().size(), 64u);
-  auto tunnel = PageTunnel::open({"127.0.0.1", gate_->port()}, gate_->fingerprint(), gate_->token());
+  auto tunnel = PageTunnel::open({"127.0.0.1", gate_->port()}, ca_->node("node-b"), "node-a");
   ASSERT_TRUE(tunnel) << tunnel.error().to_string();
   EXPECT_EQ(round_trip((*tunnel)->port(), "page 1"), "page 1");
   std::string big(4 << 20, '\0');
@@ -115,27 +125,27 @@ TEST_F(PageTunnelTest, BytesGoThroughTheGateAndTunnelBothWays) {
   EXPECT_EQ(echo_.accepted(), 2);
 }
 
-TEST_F(PageTunnelTest, ATunnelThatDoesNotKnowTheGatesCertificateGetsNothingThrough) {
-  std::string other = gate_->fingerprint();
-  other[0] = other[0] == 'a' ? 'b' : 'a';
-  auto tunnel = PageTunnel::open({"127.0.0.1", gate_->port()}, other, gate_->token());
-  ASSERT_TRUE(tunnel);
-  EXPECT_EQ(round_trip((*tunnel)->port(), "page 1"), "");
+TEST_F(PageTunnelTest, AnotherNodeOfTheClusterGetsNothingThrough) {
+  EXPECT_EQ(through(ca_->node("node-c"), "node-a", "page 1"), "");
   EXPECT_EQ(echo_.accepted(), 0);
 }
 
-TEST_F(PageTunnelTest, APeerWithoutTheTokenGetsNothingThrough) {
-  std::string other = gate_->token();
-  other[5] = other[5] == '0' ? '1' : '0';
-  auto tunnel = PageTunnel::open({"127.0.0.1", gate_->port()}, gate_->fingerprint(), other);
-  ASSERT_TRUE(tunnel);
-  EXPECT_EQ(round_trip((*tunnel)->port(), "page 1"), "");
+TEST_F(PageTunnelTest, ATunnelRefusesAGateThatIsNotTheSourceNode) {
+  EXPECT_EQ(through(ca_->node("node-b"), "node-x", "page 1"), "");
   EXPECT_EQ(echo_.accepted(), 0);
 }
 
-TEST_F(PageTunnelTest, AFingerprintOrTokenOfTheWrongShapeIsRefused) {
-  EXPECT_FALSE(PageTunnel::open({"127.0.0.1", gate_->port()}, "abc", gate_->token()));
-  EXPECT_FALSE(PageTunnel::open({"127.0.0.1", gate_->port()}, gate_->fingerprint(), ""));
+TEST_F(PageTunnelTest, ACertificateFromAnotherClustersCaGetsNothingThrough) {
+  TestClusterCa other(dir_ / "other");
+  EXPECT_EQ(through(other.node("node-b"), "node-a", "page 1"), "");
+  EXPECT_EQ(echo_.accepted(), 0);
+}
+
+TEST_F(PageTunnelTest, AMissingCertificateIsAnErrorNamingIt) {
+  NodeTls missing{"node-b", (dir_ / "nope.pem").string(), (dir_ / "nope.key").string(), ca_->ca_cert()};
+  auto tunnel = PageTunnel::open({"127.0.0.1", gate_->port()}, missing, "node-a");
+  ASSERT_FALSE(tunnel);
+  EXPECT_NE(tunnel.error().message.find("nope.pem"), std::string::npos) << tunnel.error().to_string();
 }
 
 }  // namespace

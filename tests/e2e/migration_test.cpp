@@ -154,6 +154,9 @@ TEST_F(MigrationTest, ALiveMigratedJobCarriesOnOnTheOtherNodeWithoutAGapOrARepea
   ASSERT_TRUE(has_event(id, "Migrated")) << events(id) << agents_[0]->log() << agents_[1]->log();
   EXPECT_EQ(placed_on(id), "node-b");
   EXPECT_THAT(events(id), HasSubstr("migrated from node-a to node-b; paused"));
+  // The dump went from agent to agent (mutual TLS, node certificates), not through the server.
+  EXPECT_THAT(agents_[1]->log(), HasSubstr("migration dump received job=\"" + id + "\" from=\"node-a\""));
+  EXPECT_FALSE(get_job(*admin_, id)["status"].contains("checkpoint")) << get_job(*admin_, id).dump();
 
   Json ended = wait_for_end(id, 60s);
   ASSERT_EQ(ended["status"]["phase"], "Succeeded") << ended.dump() << agents_[1]->log();

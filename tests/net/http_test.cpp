@@ -14,6 +14,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <mutex>
 #include <random>
@@ -223,6 +224,79 @@ TEST(TlsFiles, RefusesAServerCertificateWithoutNamesOrWithABadAddress) {
                                   {"300.1.1.1"}, 30);
   ASSERT_FALSE(bad_ip);
   EXPECT_THAT(bad_ip.error().to_string(), HasSubstr("300.1.1.1"));
+}
+
+// A node certificate for `node` from `pki`'s CA, written beside it: {certificate, key}.
+std::pair<std::string, std::string> node_cert(const Pki& pki, const std::string& node, const std::string& asked = "") {
+  auto made = create_key_and_request(asked.empty() ? node : asked);
+  EXPECT_TRUE(made) << made.error().to_string();
+  auto cert = issue_node_cert(pki.ca_cert, pki.ca_key, made->request_pem, node, 30);
+  EXPECT_TRUE(cert) << cert.error().to_string();
+  const std::string cert_file = pki.dir.file(node + ".pem"), key_file = pki.dir.file(node + ".key");
+  EXPECT_TRUE(write_private_file(key_file, made->key_pem, 0600));
+  EXPECT_TRUE(write_private_file(cert_file, cert ? *cert : "", 0644));
+  return {cert_file, key_file};
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+TEST(TlsFiles, ANodeCertificateNamesTheNodeItWasIssuedForNotWhatTheRequestAsked) {
+  Pki pki;
+  auto [cert, key] = node_cert(pki, "node-b", "node-x");
+  auto info = read_cert_info(read_text(cert));
+  ASSERT_TRUE(info) << info.error().to_string();
+  EXPECT_EQ(info->dns_names, std::vector<std::string>{"node-b.node.cnlab"});
+  EXPECT_NEAR(static_cast<double>(info->not_after - info->not_before), 30 * 86400.0 + 3600, 5);
+}
+
+TEST(TlsFiles, ASigningRequestWhoseSignatureDoesNotVerifyIsRefused) {
+  Pki pki;
+  auto one = create_key_and_request("node-a");
+  auto two = create_key_and_request("node-a");
+  ASSERT_TRUE(one && two);
+  // The body of one request (its key) with the signature of the other: whoever sent it does not
+  // hold the key it names.
+  const std::string& a = one->request_pem;
+  const std::string& b = two->request_pem;
+  std::string forged = a.substr(0, a.size() - 120) + b.substr(b.size() - 120);
+  auto cert = issue_node_cert(pki.ca_cert, pki.ca_key, forged, "node-a", 30);
+  ASSERT_FALSE(cert);
+  EXPECT_EQ(cert.error().field, "csr");
+  EXPECT_FALSE(issue_node_cert(pki.ca_cert, pki.ca_key, "not a request", "node-a", 30));
+  EXPECT_FALSE(issue_node_cert(pki.ca_cert, pki.ca_key, a, "../etc", 30));
+}
+
+TEST(Server, MutualTlsTellsTheHandlerTheClientsNamesAndRefusesOthers) {
+  Pki pki, other({"localhost"}, {"127.0.0.1"});
+  auto [server_cert, server_key] = node_cert(pki, "node-b");
+  auto [client_cert, client_key] = node_cert(pki, "node-a");
+  auto [stranger_cert, stranger_key] = node_cert(other, "node-a");
+  ServerOptions options;
+  options.cert_file = server_cert;
+  options.key_file = server_key;
+  options.client_ca_file = pki.ca_cert;
+  auto started = Server::start(options, [](const Request& request) {
+    std::string names;
+    for (const auto& name : request.peer_dns_names) names += name + ";";
+    return text(names);
+  });
+  ASSERT_TRUE(started) << started.error().to_string();
+  auto ask = [&](const std::string& cert, const std::string& key, const std::string& server_name) {
+    auto client = Client::connect({.url = (*started)->url(), .ca_file = pki.ca_cert, .timeout = 10s, .cert_file = cert,
+                                   .key_file = key, .server_name = server_name});
+    return client ? (*client)->request("GET", "/") : Result<ClientResponse>(client.error());
+  };
+  auto answered = ask(client_cert, client_key, "node-b.node.cnlab");
+  ASSERT_TRUE(answered) << answered.error().to_string();
+  EXPECT_EQ(answered->body, "node-a.node.cnlab;");
+  EXPECT_FALSE(ask("", "", "node-b.node.cnlab")) << "a client without a certificate";
+  EXPECT_FALSE(ask(stranger_cert, stranger_key, "node-b.node.cnlab")) << "a certificate from another CA";
+  auto wrong = ask(client_cert, client_key, "node-c.node.cnlab");
+  ASSERT_FALSE(wrong) << "the server is node-b, not node-c";
+  EXPECT_THAT(wrong.error().message, HasSubstr("node-c.node.cnlab"));
 }
 
 TEST(Server, TlsRoundTripReachesHandlerAndClientVerifiesTheCa) {

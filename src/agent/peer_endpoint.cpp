@@ -1,0 +1,176 @@
+#include "agent/peer_endpoint.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <fstream>
+#include <mutex>
+
+#include "agent/files/files.h"
+#include "model/object_meta.h"
+#include "model/workspace.h"
+#include "net/net.h"
+#include "net/tls_files.h"
+
+namespace cnlab::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+constexpr const char* kPathPrefix = "/v1/migrations/";
+constexpr auto kUnclaimedFor = 1h;  // a migration's target binds within minutes (--migration-timeout)
+constexpr auto kSendTimeout = 10min;
+
+net::Response answer(int status, const Json& body) {
+  net::Response response;
+  response.status = status;
+  response.body = body.dump();
+  return response;
+}
+
+net::Response refuse(int status, const Error& error) {
+  return answer(status, {{"error", {{"field", error.field}, {"value", error.value}, {"message", error.message}}}});
+}
+
+// The node a verified client certificate names ("<node>.node.cnlab"), or "".
+std::string sender_of(const net::Request& request) {
+  const std::string suffix = net::node_dns_name("");
+  for (const auto& name : request.peer_dns_names) {
+    if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      return name.substr(0, name.size() - suffix.size());
+    }
+  }
+  return "";
+}
+
+fs::path meta_of(const fs::path& incoming, const std::string& job) { return incoming / (job + ".json"); }
+
+class Endpoint final : public PeerEndpoint {
+ public:
+  Endpoint(fs::path incoming, size_t max_dump_bytes) : incoming_(std::move(incoming)), max_dump_bytes_(max_dump_bytes) {}
+  ~Endpoint() override {
+    if (server_) server_->stop();
+  }
+
+  Status start(const std::string& listen, const NodeTls& tls) {
+    net::ServerOptions options;
+    options.listen = listen;
+    options.cert_file = tls.cert_file;
+    options.key_file = tls.key_file;
+    options.client_ca_file = tls.ca_file;
+    options.io_threads = 1;
+    options.worker_threads = 4;
+    options.max_body_bytes = max_dump_bytes_;
+    auto server = net::Server::start(options, [this](const net::Request& request) { return handle(request); });
+    if (!server) return server.error();
+    server_ = std::move(*server);
+    return {};
+  }
+  uint16_t port() const override { return server_->port(); }
+
+ private:
+  net::Response handle(const net::Request& request) {
+    const std::string from = sender_of(request);
+    if (from.empty()) return refuse(403, Error::of(ErrorCode::kPermissionDenied, "certificate", "", "only nodes send dumps"));
+    if (request.method != "PUT" || request.path.rfind(kPathPrefix, 0) != 0) {
+      return refuse(404, Error::not_found("path", request.path, "this endpoint takes PUT /v1/migrations/{job}"));
+    }
+    const std::string job = request.path.substr(std::string(kPathPrefix).size());
+    if (auto valid = model::validate_name(job, "job"); !valid) return refuse(400, valid.error());
+    const std::string digest = request.header("checkpoint-digest");
+    if (auto valid = model::validate_digest(digest, "Checkpoint-Digest"); !valid) return refuse(400, valid.error());
+    std::lock_guard lock(mutex_);
+    remove_unclaimed();
+    auto kept = keep(job, from, digest, request.body);
+    if (!kept) {
+      spdlog::warn("migration dump refused job=\"{}\" from=\"{}\" error=\"{}\"", job, from, kept.error().to_string());
+      return refuse(kept.error().code == ErrorCode::kInvalidArgument ? 400 : 500, kept.error());
+    }
+    spdlog::info("migration dump received job=\"{}\" from=\"{}\" digest=\"{}\" bytes={}", job, from, digest,
+                 request.body.size());
+    return answer(201, {{"digest", digest}});
+  }
+
+  // Unpacks the archive (its digest checked) as incoming/<job>, with who sent it beside it.
+  Status keep(const std::string& job, const std::string& from, const std::string& digest, const std::string& body) {
+    std::error_code ec;
+    fs::create_directories(incoming_, ec);
+    const fs::path archive = incoming_ / (job + ".archive"), dir = incoming_ / job;
+    (void)safe_remove_tree(dir.string());
+    fs::remove(meta_of(incoming_, job), ec);
+    {
+      std::ofstream out(archive, std::ios::binary | std::ios::trunc);
+      out.write(body.data(), static_cast<std::streamsize>(body.size()));
+      if (!out) return Error::internal("cannot write " + archive.string());
+    }
+    UnpackLimits limits;
+    limits.max_content_bytes = static_cast<int64_t>(max_dump_bytes_) * 4;  // memory pages compress well
+    auto unpacked = unpack_workspace(archive.string(), digest, dir.string(), limits);
+    fs::remove(archive, ec);
+    if (!unpacked) {
+      (void)safe_remove_tree(dir.string());
+      return unpacked.error();
+    }
+    std::ofstream(meta_of(incoming_, job), std::ios::trunc) << Json{{"from", from}, {"digest", digest}}.dump();
+    return {};
+  }
+
+  void remove_unclaimed() {
+    std::error_code ec;
+    const auto now = fs::file_time_type::clock::now();
+    for (const auto& entry : fs::directory_iterator(incoming_, ec)) {
+      if (entry.path().extension() != ".json" || now - entry.last_write_time(ec) < kUnclaimedFor) continue;
+      (void)safe_remove_tree((incoming_ / entry.path().stem()).string());
+      fs::remove(entry.path(), ec);
+    }
+  }
+
+  fs::path incoming_;
+  size_t max_dump_bytes_;
+  std::mutex mutex_;  // one dump kept at a time
+  std::unique_ptr<net::Server> server_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<PeerEndpoint>> PeerEndpoint::start(const std::string& listen, const NodeTls& tls,
+                                                          const fs::path& incoming, size_t max_dump_bytes) {
+  auto endpoint = std::make_unique<Endpoint>(incoming, max_dump_bytes);
+  if (auto started = endpoint->start(listen, tls); !started) return started.error();
+  return std::unique_ptr<PeerEndpoint>(std::move(endpoint));
+}
+
+Status send_dump(const HostPort& address, const std::string& target, const NodeTls& tls, const std::string& job,
+                 const std::string& archive, const std::string& digest) {
+  net::ClientOptions options;
+  options.url = "https://" + format_host_port(address);
+  options.ca_file = tls.ca_file;
+  options.cert_file = tls.cert_file;
+  options.key_file = tls.key_file;
+  options.server_name = net::node_dns_name(target);
+  options.timeout = kSendTimeout;
+  auto client = net::Client::connect(options);
+  if (!client) return client.error();
+  auto response = (*client)->request("PUT", kPathPrefix + job, archive,
+                                     {{"Content-Type", "application/octet-stream"}, {"Checkpoint-Digest", digest}});
+  if (!response) return response.error();
+  if (response->status / 100 != 2) return net::error_from_response(response->status, response->body, "node " + target);
+  return {};
+}
+
+Status take_incoming_dump(const fs::path& incoming, const std::string& job, const std::string& from,
+                          const std::string& digest, const fs::path& to) {
+  std::ifstream in(meta_of(incoming, job));
+  Json meta = Json::parse(std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()), nullptr, false);
+  if (!meta.is_object() || meta.value("from", "") != from || meta.value("digest", "") != digest) {
+    return Error::not_found("dump", digest, "no dump of job " + job + " with this digest arrived from node " + from);
+  }
+  std::error_code ec;
+  fs::rename(incoming / job, to, ec);
+  if (ec) return Error::internal("cannot move the dump of job " + job + " to " + to.string() + ": " + ec.message());
+  fs::remove(meta_of(incoming, job), ec);
+  return {};
+}
+
+}  // namespace cnlab::agent

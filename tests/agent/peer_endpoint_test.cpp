@@ -1,0 +1,101 @@
+// A migrating job's dump from agent to agent over mutual TLS (peer_endpoint.h), on loopback: node-a
+// streams a dump to node-b's endpoint, which keeps it for the job until the runner takes it with
+// the sender and digest the server names; nobody else gets a dump in or out.
+#include "agent/peer_endpoint.h"
+
+#include <gmock/gmock.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "agent/files/files.h"
+#include "test_cluster_ca.h"
+
+namespace cnlab::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+class PeerEndpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char name[] = "/tmp/cnlab-peer-XXXXXX";
+    dir_ = ::mkdtemp(name);
+    ca_ = std::make_unique<TestClusterCa>(dir_ / "cluster");
+    node_a_ = ca_->node("node-a");
+    auto endpoint = PeerEndpoint::start("127.0.0.1:0", ca_->node("node-b"), dir_ / "incoming", 1 << 20);
+    ASSERT_TRUE(endpoint) << endpoint.error().to_string();
+    endpoint_ = std::move(*endpoint);
+    // A dump: its images and the job's files, packed as the source packs it.
+    fs::create_directories(dir_ / "dump" / "images");
+    std::ofstream(dir_ / "dump" / "images" / "pages-1.img") << "memory pages";
+    std::ofstream(dir_ / "dump" / "process.json") << R"({"node":"node-a"})";
+    PackOptions options;
+    options.output_path = (dir_ / "dump.tar.gz").string();
+    options.workspace_rules = false;
+    auto packed = pack_workspace((dir_ / "dump").string(), options);
+    ASSERT_TRUE(packed) << packed.error().to_string();
+    digest_ = packed->digest;
+    std::ifstream in(options.output_path, std::ios::binary);
+    archive_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  Status send(const NodeTls& from, const std::string& job, const std::string& archive, const std::string& digest,
+              const std::string& target = "node-b") {
+    return send_dump({"127.0.0.1", endpoint_->port()}, target, from, job, archive, digest);
+  }
+
+  fs::path dir_;
+  std::unique_ptr<TestClusterCa> ca_;
+  NodeTls node_a_;
+  std::unique_ptr<PeerEndpoint> endpoint_;
+  std::string archive_, digest_;
+};
+
+TEST_F(PeerEndpointTest, ADumpSentByTheSourceIsTakenWithItsSenderAndDigest) {
+  auto sent = send(node_a_, "job-1", archive_, digest_);
+  ASSERT_TRUE(sent) << sent.error().to_string();
+  EXPECT_EQ(take_incoming_dump(dir_ / "incoming", "job-1", "node-c", digest_, dir_ / "restored").error().code,
+            ErrorCode::kNotFound)
+      << "only from the node the server names";
+  const std::string other_digest = "sha256:" + std::string(64, '0');
+  EXPECT_EQ(take_incoming_dump(dir_ / "incoming", "job-1", "node-a", other_digest, dir_ / "restored").error().code,
+            ErrorCode::kNotFound)
+      << "only with the digest the server names";
+  auto taken = take_incoming_dump(dir_ / "incoming", "job-1", "node-a", digest_, dir_ / "restored");
+  ASSERT_TRUE(taken) << taken.error().to_string();
+  std::ifstream pages(dir_ / "restored" / "images" / "pages-1.img");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(pages), std::istreambuf_iterator<char>()), "memory pages");
+  EXPECT_FALSE(take_incoming_dump(dir_ / "incoming", "job-1", "node-a", digest_, dir_ / "again")) << "taken once";
+}
+
+TEST_F(PeerEndpointTest, AStrangerOrAWrongTargetGetsNoDumpThrough) {
+  TestClusterCa other(dir_ / "other");
+  EXPECT_FALSE(send(other.node("node-a"), "job-1", archive_, digest_)) << "a certificate from another cluster's CA";
+  NodeTls none = node_a_;
+  none.cert_file = none.key_file = "";
+  EXPECT_FALSE(send(none, "job-1", archive_, digest_)) << "no certificate at all";
+  auto wrong = send(node_a_, "job-1", archive_, digest_, "node-c");
+  ASSERT_FALSE(wrong) << "the endpoint is node-b's, not the target's";
+  EXPECT_THAT(wrong.error().message, HasSubstr("node-c.node.cnlab"));
+  EXPECT_FALSE(fs::exists(dir_ / "incoming" / "job-1.json"));
+}
+
+TEST_F(PeerEndpointTest, ADumpThatDoesNotMatchItsDigestOrAHostileJobNameIsRefused) {
+  std::string changed = archive_;
+  changed[changed.size() / 2] ^= 1;
+  auto corrupt = send(node_a_, "job-1", changed, digest_);
+  ASSERT_FALSE(corrupt);
+  EXPECT_FALSE(fs::exists(dir_ / "incoming" / "job-1.json"));
+  auto climbing = send(node_a_, "..%2F..%2Fetc", archive_, digest_);
+  ASSERT_FALSE(climbing);
+  EXPECT_EQ(climbing.error().code, ErrorCode::kInvalidArgument) << climbing.error().to_string();
+  auto too_big = send(node_a_, "job-2", std::string(2 << 20, 'x'), digest_);
+  ASSERT_FALSE(too_big);
+  EXPECT_FALSE(fs::exists(dir_ / "incoming" / "job-2.json"));
+}
+
+}  // namespace
+}  // namespace cnlab::agent

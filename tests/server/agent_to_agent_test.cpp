@@ -1,0 +1,89 @@
+// What the server does for agents that stream migrating jobs to each other: it signs each node's
+// certificate signing request for the name the node's credential is bound to (and nobody else's),
+// and binds a migrating job to its target only when the source reports the dump handed over.
+#include <gmock/gmock.h>
+
+#include <fstream>
+
+#include "fixtures.h"
+#include "net/tls_files.h"
+
+namespace cnlab::server::test_support {
+namespace {
+
+using ::testing::HasSubstr;
+
+class AgentToAgentTest : public ClusterTest {
+ protected:
+  Json ask_certificate(net::Client& client, const std::string& node, int status, const std::string& csr) {
+    return call(client, "POST", "/v1/nodes/" + node + "/certificate", status, {{"csr", csr}});
+  }
+  std::string csr(const std::string& name) {
+    auto made = net::create_key_and_request(name);
+    EXPECT_TRUE(made) << made.error().to_string();
+    return made ? made->request_pem : "";
+  }
+};
+
+TEST_F(AgentToAgentTest, ANodeGetsACertificateForItsOwnNameFromTheClustersCa) {
+  auto node = server_->client(register_node("gpu-1", "h100", 1));
+  Json issued = ask_certificate(*node, "gpu-1", 201, csr("someone-else"));
+  auto info = net::read_cert_info(issued["certificate"]);
+  ASSERT_TRUE(info) << issued.dump();
+  EXPECT_EQ(info->dns_names, std::vector<std::string>{"gpu-1.node.cnlab"}) << "the credential names it, not the request";
+  std::ifstream ca(server_->ca());
+  EXPECT_EQ(issued["ca"], std::string(std::istreambuf_iterator<char>(ca), std::istreambuf_iterator<char>()));
+  EXPECT_FALSE(issued["expires_at"].get<std::string>().empty());
+  bool audited = false;
+  const Json log = call(*admin_, "GET", "/v1/audit?limit=1000", 200);
+  for (const auto& item : log["items"]) {
+    audited = audited || (item["record"]["action"] == "nodes.certificate" && item["record"]["target"] == "gpu-1");
+  }
+  EXPECT_TRUE(audited);
+}
+
+TEST_F(AgentToAgentTest, NoOneGetsACertificateForAnotherNodesName) {
+  auto node = server_->client(register_node("gpu-1", "h100", 1));
+  register_node("gpu-2", "h100", 1);
+  EXPECT_EQ(ask_certificate(*node, "gpu-2", 403, csr("gpu-2"))["error"]["code"], "permission_denied");
+  EXPECT_EQ(ask_certificate(*admin_, "gpu-2", 403, csr("gpu-2"))["error"]["code"], "permission_denied");
+  auto anonymous = server_->client("");
+  ask_certificate(*anonymous, "gpu-2", 401, csr("gpu-2"));
+  Json bad = ask_certificate(*node, "gpu-1", 400, "-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n");
+  EXPECT_EQ(bad["error"]["field"], "csr") << bad.dump();
+}
+
+TEST_F(AgentToAgentTest, AMigratingJobIsBoundToItsTargetOnlyOnceTheSourceHandsItsDumpOver) {
+  auto source = server_->client(register_node("gpu-1", "h100", 1));
+  register_node("gpu-2", "h100", 1);
+  Json body = job_body("default", "none", {"sleep", "100"});
+  body["spec"]["checkpointable"] = true;
+  std::string id = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
+  ASSERT_TRUE(wait_for_phase(*admin_, id, "Scheduled"));
+  const std::string from = get_job(*admin_, id)["status"]["placement"][0]["node"];
+  auto agent = from == "gpu-1" ? std::move(source) : server_->client(register_node("gpu-2", "h100", 1));
+  const std::string to = from == "gpu-1" ? "gpu-2" : "gpu-1";
+  call(*agent, "PUT", "/v1/jobs/" + id + "/status", 200, {{"phase", "Running"}});
+  const std::string digest = "sha256:" + std::string(64, 'a');
+  Json early = call(*agent, "PUT", "/v1/jobs/" + id + "/status", 409,
+                    {{"phase", "Running"}, {"migration_handed_over", {{"dump_digest", digest}}}});
+  EXPECT_THAT(early.dump(), HasSubstr("no migration of the job")) << "no migration was asked for";
+
+  call(*admin_, "POST", "/v1/jobs/" + id + "/migrate", 202, {{"to", to}});
+  Json bad = call(*agent, "PUT", "/v1/jobs/" + id + "/status", 400,
+                  {{"phase", "Running"}, {"migration_handed_over", {{"dump_digest", "sha256:../x"}}}});
+  EXPECT_EQ(bad["error"]["field"], "migration_handed_over.dump_digest") << bad.dump();
+  EXPECT_EQ(get_job(*admin_, id)["status"]["placement"][0]["node"], from);
+
+  call(*agent, "PUT", "/v1/jobs/" + id + "/status", 200,
+       {{"phase", "Running"},
+        {"migration_handed_over", {{"dump_digest", digest}, {"frozen_at_ms", 1}, {"pages_from", "127.0.0.1:4000"}}}});
+  Json moving = get_job(*admin_, id);
+  EXPECT_EQ(moving["status"]["placement"][0]["node"], to);
+  EXPECT_EQ(moving["status"]["migration"]["from"], from);
+  EXPECT_EQ(moving["status"]["migration"]["dump_digest"], digest);
+  EXPECT_FALSE(moving["status"].contains("checkpoint")) << "the dump went to the target, not to the server";
+}
+
+}  // namespace
+}  // namespace cnlab::server::test_support
