@@ -230,7 +230,9 @@ size_t SchedulerLoop::commit(const sched::CycleResult& result) {
   for (const auto& m : result.migrations) {
     model::Job job = stored_before(m.job);
     const std::string& name = snapshot_.jobs[m.job].meta.name;
-    const std::string& for_job = snapshot_.jobs[m.for_job].meta.name;
+    // A drain (sched/drain.h) moves the job to empty its node for power-down, for no waiting job.
+    const bool drain = m.reason == sched::MoveReason::kDrain;
+    const std::string for_job = drain ? "power-down" : snapshot_.jobs[m.for_job].meta.name;
     std::string why = m.to.size() == 1 ? migration_refusal(job) : "the scheduler chose several nodes";
     if (!why.empty()) {
       spdlog::info("scheduler move not carried out job=\"{}\" for=\"{}\" reason=\"{}\"", name, for_job, why);
@@ -239,11 +241,12 @@ size_t SchedulerLoop::commit(const sched::CycleResult& result) {
     }
     const std::string& from = job.status.placement.front().node;
     const std::string& to = snapshot_.nodes[m.to.front().node].meta.name;
+    const std::string purpose = drain ? fmt::format("to empty node {} for power-down", from)
+                                      : fmt::format("to make room for job {}", for_job);
     job.status.migration = model::Migration{to, now, "", std::nullopt, 0};
     job.status.events.push_back({model::JobEventType::kMigrationRequested, now,
-                                 fmt::format("migration from {} to {} decided by the scheduler to make room for job {} "
-                                             "(expected pause {} ms)",
-                                             from, to, for_job, m.pause.count())});
+                                 fmt::format("migration from {} to {} decided by the scheduler {} (expected pause {} ms)",
+                                             from, to, purpose, m.pause.count())});
     after[m.job] = std::move(job);
     decisions[m.job] = {{"decision", "migrate"}, {"job", name}, {"from", from}, {"to", to}, {"for", for_job},
                         {"pause_ms", m.pause.count()}};

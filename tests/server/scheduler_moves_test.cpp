@@ -116,6 +116,30 @@ TEST_F(SchedulerMovesTest, AMoveTheNodesCannotCarryOutIsNotAskedForAndTheWaiting
   EXPECT_FALSE(get_job(*admin_, second)["status"].contains("migration"));
 }
 
+TEST_F(SchedulerMovesTest, WithDrainsOnALightlyUsedNodeIsEmptiedForPowerDown) {
+  server_->stop(SIGTERM);
+  std::ofstream(config_dir_.path() + "/drain.json") << R"({"max_migrations_per_cycle": 4, "max_drain_moves_per_cycle": 4})";
+  start_server({"--scheduler-config", config_dir_.path() + "/drain.json"});
+  agents_["n1"] = add_node("n1", 1);
+  agents_["n2"] = add_node("n2", 1);
+  // A quarter of each node's cores: once both nodes take work, one job joins the other.
+  auto [first, second] = one_job_per_node("none", 1000);
+  std::string moved;
+  ASSERT_TRUE(eventually([&] {
+    for (const std::string& id : {first, second}) {
+      if (get_job(*admin_, id)["status"].contains("migration")) moved = id;
+    }
+    return !moved.empty();
+  })) << server_log();
+  const std::string from = moved == first ? "n1" : "n2", to = moved == first ? "n2" : "n1";
+  Json mover = get_job(*admin_, moved);
+  EXPECT_EQ(mover["status"]["migration"]["to"], to);
+  EXPECT_THAT(mover["status"]["events"].dump(),
+              HasSubstr("migration from " + from + " to " + to + " decided by the scheduler to empty node " + from +
+                        " for power-down"));
+  EXPECT_FALSE(get_job(*admin_, moved == first ? second : first)["status"].contains("migration"));
+}
+
 TEST_F(SchedulerMovesTest, ABadSchedulerConfigIsRefusedNamingTheField) {
   server_->stop(SIGTERM);
   std::ofstream(config_dir_.path() + "/bad.json") << R"({"max_moves_per_job": 0})";
