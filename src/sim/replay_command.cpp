@@ -38,6 +38,7 @@ struct ReplayFlags {
   std::vector<std::string> trace, nodes, cluster, policies, out, cycle_interval, sample_every, checkpoint_every,
       checkpointable, power_down_after, cpu_per_gpu, memory_per_gpu, scheduler_config;
   bool migrations = false;
+  bool drains = false;
 };
 
 [[noreturn]] void fail(int code, const Error& error) {
@@ -101,7 +102,26 @@ HostPerGpu host_flags(const ReplayFlags& given) {
 sched::PolicyConfig moves_config(sched::PolicyConfig config) {
   if (config.max_migrations_per_cycle == 0) config.max_migrations_per_cycle = 8;
   config.migrate_gpu_jobs = true;
+  config.max_drain_moves_per_cycle = 0;  // moves for room only: cnlab+drains adds the drains
   return config;
+}
+
+// cnlab+moves with drains for power-down on too: 4 drain moves per cycle unless `config` names
+// another number; the scheduler's power_down_after is the replay's, so that the jobs it leaves to
+// finish are those whose end the replay's power-down measure would wait for anyway.
+sched::PolicyConfig drains_config(const sched::PolicyConfig& config, Duration power_down_after) {
+  sched::PolicyConfig drains = moves_config(config);
+  drains.max_drain_moves_per_cycle = config.max_drain_moves_per_cycle > 0 ? config.max_drain_moves_per_cycle : 4;
+  drains.power_down_after = power_down_after;
+  return drains;
+}
+
+std::string describe_drains(const sched::PolicyConfig& c) {
+  return fmt::format(
+      "cnlab+drains is cnlab+moves that also empties lightly used nodes for power-down when no job waits for room "
+      "(at most {} drain moves per cycle, {} jobs per node, none that ends within {}, onto busy nodes that keep {:.0f}% "
+      "of their capacity free)",
+      c.max_drain_moves_per_cycle, c.max_moves_per_job, format_duration(c.power_down_after), c.drain_reserve * 100);
 }
 
 std::string describe_moves(const sched::PolicyConfig& c) {
@@ -120,7 +140,7 @@ void run_replay_command(const ReplayFlags& given, const std::vector<std::string>
     fail(kBadInput, Error::invalid_argument("argument", extras[0],
                                             "unknown; allowed: --trace, --nodes, --cluster, --policies, --out, "
                                             "--cycle-interval, --sample-every, --checkpoint-every, --checkpointable, "
-                                            "--power-down-after, --cpu-per-gpu, --memory-per-gpu, --migrations, --scheduler-config "
+                                            "--power-down-after, --cpu-per-gpu, --memory-per-gpu, --migrations, --drains, --scheduler-config "
                                             "(see cnlab sim replay --help)"));
   }
   const std::string trace_path = single("--trace", given.trace);
@@ -197,9 +217,12 @@ void run_replay_command(const ReplayFlags& given, const std::vector<std::string>
     if (!policy) fail(kBadInput, policy.error());
     made.push_back(std::move(*policy));
   }
-  if (given.migrations) {
-    made.push_back(std::make_unique<CnlabReplayPolicy>(moves_config(scheduler), "cnlab+moves"));
-    options.migration_settings = describe_moves(moves_config(scheduler));
+  if (given.migrations || given.drains) options.migration_settings = describe_moves(moves_config(scheduler));
+  if (given.migrations) made.push_back(std::make_unique<CnlabReplayPolicy>(moves_config(scheduler), "cnlab+moves"));
+  if (given.drains) {
+    const sched::PolicyConfig drains = drains_config(scheduler, options.power_down_after);
+    made.push_back(std::make_unique<CnlabReplayPolicy>(drains, "cnlab+drains"));
+    options.migration_settings += "; " + describe_drains(drains);
   }
   std::vector<std::atomic<uint64_t>> progress(made.size());
   std::vector<ReplayOptions> per_policy(made.size(), options);
@@ -274,6 +297,9 @@ void add_replay_command(CLI::App& sim) {
   replay->add_flag("--migrations", flags->migrations,
                    "Also run cnlab+moves: CNLab's scheduler that may move running checkpointable jobs live to make room "
                    "for waiting ones (each move costs its job a pause)");
+  replay->add_flag("--drains", flags->drains,
+                   "Also run cnlab+drains: cnlab+moves that also moves every job off lightly used nodes onto busy ones "
+                   "when no job waits, so that the emptied nodes can power down");
   replay->callback([replay, flags] { run_replay_command(*flags, replay->remaining()); });
 }
 

@@ -136,8 +136,8 @@ class Engine {
         dirty = true;
         ++out_.wake_ups;
       }
-      if (pending_ == 0) {
-        dirty = false;  // nothing waits: a cycle could decide nothing
+      if (pending_ == 0 && (running_ == 0 || !policy_.decides_with_nothing_waiting())) {
+        dirty = false;  // nothing waits (nor runs, to be drained): a cycle could decide nothing
         wake = kNone;
       }
       if (dirty && t >= cycle_allowed_at()) {
@@ -315,6 +315,7 @@ class Engine {
     heap_.push({r.start + (trace_.jobs[j].run_time - r.done) + r.paused, j, r.epoch});
     ++out_.jobs[j].migrations;
     ++out_.migrations;
+    if (m.reason == sched::MoveReason::kDrain) ++out_.drain_moves;
     out_.migration_pause += m.pause;
   }
 

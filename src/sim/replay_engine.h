@@ -93,6 +93,7 @@ struct ReplayRun {
   size_t nodes_ever_off = 0;
   uint64_t preemptions = 0, cycles = 0, wake_ups = 0;
   uint64_t migrations = 0;
+  uint64_t drain_moves = 0;  // of the migrations, those that emptied a node for power-down
   std::chrono::milliseconds migration_pause{0};  // the pauses of all migrations, added up
   double wall_seconds = 0;
   std::vector<std::string> warnings;  // distinct warnings of the policy's cycles, at most 20

@@ -32,6 +32,10 @@ class ReplayPolicy {
     (void)last;
     return std::nullopt;
   }
+  // Whether a cycle may decide something when no job waits (moves that drain nodes for
+  // power-down): the engine then runs cycles after arrivals and completions even with an empty
+  // queue. Off, a cycle with nothing waiting is skipped as one that could decide nothing.
+  virtual bool decides_with_nothing_waiting() const { return false; }
 };
 
 // "fifo,cnlab": the policies `cnlab sim replay --policies` may name, in their default order.

@@ -195,7 +195,10 @@ std::string replay_summary_markdown(const ReplayReport& r) {
   row("pre-emptions", [](const ReplayRun& run, const RunSummary&) { return std::to_string(run.preemptions); });
   row("GPU-hours lost to pre-emption", [](const ReplayRun&, const RunSummary& s) { return fmt::format("{:.1f}", s.lost_gpu_hours); });
   row("live migrations (pause in all)", [](const ReplayRun& run, const RunSummary&) {
-    return fmt::format("{} ({})", run.migrations, format_seconds(static_cast<double>(run.migration_pause.count()) / 1000.0));
+    std::string text =
+        fmt::format("{} ({})", run.migrations, format_seconds(static_cast<double>(run.migration_pause.count()) / 1000.0));
+    if (run.drain_moves > 0) text += fmt::format("; {} of them to drain nodes", run.drain_moves);
+    return text;
   });
   row("scheduling cycles", [](const ReplayRun& run, const RunSummary&) {
     return fmt::format("{} ({} woken by time)", run.cycles, run.wake_ups);

@@ -137,6 +137,36 @@ TEST(ReplayEngine, AMoveFreesANodeForAWaitingGangAndCostsTheMoverItsPause) {
   EXPECT_EQ(run->preemptions, 0u);
 }
 
+TEST(ReplayEngine, ADrainEmptiesANodeWhenNothingWaitsAndTheNodeCountsAsOffFromThen) {
+  // Two nodes of four H100s, each filled at 0 by a short three-GPU job and a long one-GPU job. At
+  // 50 the short ones end and nothing waits: with drains, one long job joins the other and its
+  // node runs nothing from 50 (off from 50 + 30m); without, both run until 10000.
+  ReplayTrace trace = trace_of(
+      "submit_time,duration,num_gpus\n"
+      "0,50,3\n0,10000,1\n0,50,3\n0,10000,1\n");
+  auto nodes = cluster("2:h100x4");
+  ReplayRun plain = replay(trace, nodes, "cnlab");
+  EXPECT_EQ(plain.migrations, 0u);
+  EXPECT_EQ(plain.power_down_node_seconds, 0.0);
+
+  sched::PolicyConfig config;
+  config.max_migrations_per_cycle = 8;
+  config.max_drain_moves_per_cycle = 4;
+  config.migrate_gpu_jobs = true;
+  CnlabReplayPolicy drains(config, "cnlab+drains");
+  EXPECT_TRUE(drains.decides_with_nothing_waiting());
+  ReplayOptions options;
+  options.verify = true;
+  auto run = run_replay(trace, nodes, drains, options);
+  ASSERT_TRUE(run) << run.error().to_string();
+  ASSERT_EQ(run->migrations, 1u);
+  EXPECT_EQ(run->drain_moves, 1u);
+  // The mover ends its 1 s pause later, at 10001: one node was off for 10001 - 50 - 1800 s.
+  const size_t mover = run->jobs[1].migrations == 1 ? 1 : 3;
+  EXPECT_EQ(run->jobs[mover].end, at(10001));
+  EXPECT_EQ(run->power_down_node_seconds, 10001.0 - 50 - 1800);
+}
+
 TEST(ReplayEngine, CheckpointableVictimResumesFromItsLastCheckpoint) {
   ReplayTrace trace = trace_of(
       "submit_time,duration,num_gpus,gpu_share,model,project,class\n"

@@ -1,5 +1,6 @@
 // CNLab in the replay: the production scheduler's whole cycle, sched::run_cycle, unchanged and
-// with its default configuration (or, as "cnlab+moves", with live migration for room on) (priority tiers, fair share, deadlines, backfill, pre-emption,
+// with its default configuration (or, as "cnlab+moves", with live migration for room on, and as
+// "cnlab+drains", with drains for power-down too) (priority tiers, fair share, deadlines, backfill, pre-emption,
 // fragmentation-aware packing). This file adds no policy of its own; it only tells the engine when
 // the passing of time alone could change the scheduler's mind (wake_up).
 #pragma once
@@ -21,6 +22,10 @@ class CnlabReplayPolicy : public ReplayPolicy {
   // cycle reads changes only when a job arrives or ends (fair-share decay aside, which reorders
   // but never unblocks).
   std::optional<Time> wake_up(const sched::Snapshot& snapshot, const sched::CycleResult& last) const override;
+  // With drains on, a cycle with an empty queue may still empty a node for power-down.
+  bool decides_with_nothing_waiting() const override {
+    return config_.max_drain_moves_per_cycle > 0 && config_.max_migrations_per_cycle > 0;
+  }
 
  private:
   sched::PolicyConfig config_;
