@@ -227,13 +227,28 @@ size_t SchedulerLoop::commit(const sched::CycleResult& result) {
   // (a job holding GPUs, on nodes without cuda-checkpoint) is not asked for, and the job it was for
   // is not bound: it waits for the next cycle.
   std::set<sched::JobIndex> not_moved;
+  // A drain (sched/drain.h) moves every job off a node for power-down, for no waiting job; it is
+  // worth its pauses only whole, so when one of a node's drain moves cannot be carried out (a job
+  // the scheduler sees running is still only Scheduled), none of them is asked for.
+  std::map<std::string, std::string> drain_refused;  // node -> why
+  for (const auto& m : result.migrations) {
+    if (m.reason != sched::MoveReason::kDrain) continue;
+    const model::Job job = stored_before(m.job);
+    std::string why = m.to.size() == 1 ? migration_refusal(job) : "the scheduler chose several nodes";
+    if (!why.empty() && !job.status.placement.empty()) {
+      drain_refused.emplace(job.status.placement.front().node, "job " + job.meta.name + " on it cannot move: " + why);
+    }
+  }
   for (const auto& m : result.migrations) {
     model::Job job = stored_before(m.job);
     const std::string& name = snapshot_.jobs[m.job].meta.name;
-    // A drain (sched/drain.h) moves the job to empty its node for power-down, for no waiting job.
     const bool drain = m.reason == sched::MoveReason::kDrain;
     const std::string for_job = drain ? "power-down" : snapshot_.jobs[m.for_job].meta.name;
     std::string why = m.to.size() == 1 ? migration_refusal(job) : "the scheduler chose several nodes";
+    if (why.empty() && drain) {
+      auto refused = drain_refused.find(job.status.placement.front().node);
+      if (refused != drain_refused.end()) why = refused->second;
+    }
     if (!why.empty()) {
       spdlog::info("scheduler move not carried out job=\"{}\" for=\"{}\" reason=\"{}\"", name, for_job, why);
       not_moved.insert(m.job);

@@ -140,6 +140,33 @@ TEST_F(SchedulerMovesTest, WithDrainsOnALightlyUsedNodeIsEmptiedForPowerDown) {
   EXPECT_FALSE(get_job(*admin_, moved == first ? second : first)["status"].contains("migration"));
 }
 
+TEST_F(SchedulerMovesTest, ADrainIsAskedForWholeOrNotAtAll) {
+  server_->stop(SIGTERM);
+  std::ofstream(config_dir_.path() + "/drain.json") << R"({"max_migrations_per_cycle": 4, "max_drain_moves_per_cycle": 4})";
+  start_server({"--scheduler-config", config_dir_.path() + "/drain.json"});
+  agents_["n1"] = add_node("n1", 1);
+  agents_["n2"] = add_node("n2", 1);
+  // n1: a running job and one only Scheduled (its agent has not reported it), which the scheduler
+  // sees as running but which cannot migrate yet; n2: three small running jobs.
+  call(*admin_, "POST", "/v1/nodes/n2/cordon", 200);
+  const std::string running = run_job("none", 1000, "n1");
+  Json body = job_body("default", "none", {"sleep", "100"});
+  body["spec"]["checkpointable"] = true;
+  body["spec"]["cpu_milli"] = 1000;
+  const std::string scheduled = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
+  ASSERT_TRUE(wait_for_phase(*admin_, scheduled, "Scheduled"));
+  call(*admin_, "POST", "/v1/nodes/n2/uncordon", 200);
+  call(*admin_, "POST", "/v1/nodes/n1/cordon", 200);
+  for (int i = 0; i < 3; ++i) run_job("none", 100, "n2");
+  call(*admin_, "POST", "/v1/nodes/n1/uncordon", 200);
+  // The scheduler drains n1 (two jobs, against n2's three); the Scheduled job's move is refused,
+  // so the running one is not moved either.
+  ASSERT_TRUE(eventually([&] { return server_log().find("cannot move") != std::string::npos; })) << server_log();
+  EXPECT_THAT(server_log(), HasSubstr("job=\"" + running + "\" for=\"power-down\""));
+  EXPECT_FALSE(get_job(*admin_, running)["status"].contains("migration"));
+  EXPECT_FALSE(get_job(*admin_, scheduled)["status"].contains("migration"));
+}
+
 TEST_F(SchedulerMovesTest, ABadSchedulerConfigIsRefusedNamingTheField) {
   server_->stop(SIGTERM);
   std::ofstream(config_dir_.path() + "/bad.json") << R"({"max_moves_per_job": 0})";
