@@ -171,6 +171,7 @@ TEST(Invariants, DrainsEmptyWholeNodesOntoBusyOnesKeepCapacityAndMoveNoJobTwice)
       const Snapshot before = w.snapshot;
       CycleResult r = run_cycle(w.snapshot, drains);
       ASSERT_TRUE(r.warnings.empty()) << "seed " << seed << ": " << r.warnings[0];
+      ASSERT_EQ(run_cycle(w.snapshot, drains).migrations, r.migrations) << "the same snapshot, other drains";
       std::set<std::string> busy_before, drained, targets;
       for (const auto& job : before.jobs) {
         if (job.status.phase != model::JobPhase::kRunning) continue;
