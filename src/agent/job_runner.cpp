@@ -344,7 +344,7 @@ bool JobRunner::prepare_and_start() {
     auto taken = take_incoming_dump(context_.incoming_dir, job_id_, move.from, move.dump_digest, dir_ / "process");
     if (!taken) return fail("migration: " + taken.error().message);
     restored_kind_ = "process";
-    start_note_ = "migrated from " + move.from + " (dump " + move.dump_digest + ")";
+    start_note_ = "dump " + move.dump_digest + " received from " + move.from;
     resumed = true;
   } else {
     resumed = restore_checkpoint(job, checkpoint);
