@@ -50,6 +50,7 @@ struct ApiContext {
   std::function<void()> wake_scheduler;
   std::function<Time()> clock;
   std::function<JobWaiting(const std::string&)> waiting;  // the scheduler's, for a pending job
+  std::function<NodeIdle(const std::string&)> node_idle;  // the scheduler's, for a node
 };
 
 // A request's body as a JSON object, or an error naming "body".
@@ -110,6 +111,9 @@ class Api {
   net::Response uncordon_node(const Call& call);
   net::Response drain_node(const Call& call);
   net::Response set_node_schedulable(const Call& call, bool cordon, bool drain);
+  // The node as served: what its jobs hold on each GPU, and since when it has had none (the
+  // scheduler's view).
+  Json node_view(const model::Node& node, const Allocation* allocation) const;
   // node_certificates_api.cpp
   net::Response issue_node_certificate(const Call& call);
 

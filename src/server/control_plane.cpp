@@ -60,7 +60,8 @@ class ControlPlaneImpl final : public ControlPlane {
 
     api_ = std::make_unique<Api>(ApiContext{config_, dir_, *store_, *verifier_, signing_, metrics_, *cache_, quotas_,
                                             *logs_, [this] { loop_->wake(); }, system_now,
-                                            [this](const std::string& id) { return loop_->waiting(id); }});
+                                            [this](const std::string& id) { return loop_->waiting(id); },
+                                            [this](const std::string& node) { return loop_->idle(node); }});
     net::ServerOptions options;
     options.listen = config_.listen;
     options.tls = !config_.plain_http;
@@ -144,6 +145,7 @@ class ControlPlaneImpl final : public ControlPlane {
       for (const auto& [phase, count] : nodes) metrics_.nodes.set({{"phase", phase}}, count);
       return 0;
     });
+    metrics_.power_down_candidates.set({}, static_cast<double>(loop_->power_down_candidates()));
   }
 
   ServerConfig config_;

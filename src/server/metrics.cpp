@@ -121,6 +121,8 @@ Metrics::Metrics()
       store_commit_seconds(histogram("cnlab_store_commit_seconds", "Store transaction latency, queueing and fsync included",
                                      latency_buckets())),
       nodes(gauge("cnlab_nodes", "Nodes by phase")),
+      power_down_candidates(gauge("cnlab_nodes_power_down_candidates",
+                                  "Nodes the scheduler found idle for its power_down_after, nothing reserved on them")),
       watchers(gauge("cnlab_watch_streams", "Open watch and log-follow streams")) {}
 
 MetricFamily& Metrics::add(std::unique_ptr<MetricFamily> family) {

@@ -73,6 +73,7 @@ class Metrics {
   MetricFamily& admission_rejections;  // cnlab_admission_rejections_total{reason}
   MetricFamily& store_commit_seconds;  // cnlab_store_commit_seconds
   MetricFamily& nodes;             // cnlab_nodes{phase}
+  MetricFamily& power_down_candidates;  // cnlab_nodes_power_down_candidates
   MetricFamily& watchers;          // cnlab_watch_streams
 
  private:

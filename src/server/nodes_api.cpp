@@ -208,18 +208,26 @@ net::Response Api::list_nodes(const Call& call) {
   int64_t revision = ctx_.store.revision();
   ctx_.cache.read([&](const ObjectCache& c) {
     c.nodes.for_each([&](const std::string& name, const model::Node& node, int64_t) {
-      items.push_back(node_with_allocations(node, c.allocations.get(name).object.get()));
+      items.push_back(node_view(node, c.allocations.get(name).object.get()));
     });
     return 0;
   });
   return json_response(200, {{"items", std::move(items)}, {"revision", revision}});
 }
 
+Json Api::node_view(const model::Node& node, const Allocation* allocation) const {
+  Json json = node_with_allocations(node, allocation);
+  const NodeIdle idle = ctx_.node_idle ? ctx_.node_idle(node.meta.name) : NodeIdle{};
+  if (idle.since) json["status"]["idle_since"] = format_rfc3339(*idle.since);
+  json["status"]["power_down_candidate"] = idle.power_down_candidate;
+  return json;
+}
+
 net::Response Api::get_node(const Call& call) {
   auto answer = ctx_.cache.read([&](const ObjectCache& c) -> std::optional<Json> {
     auto node = c.nodes.get(call.param("name"));
     if (!node.object) return std::nullopt;
-    return node_with_allocations(*node.object, c.allocations.get(call.param("name")).object.get());
+    return node_view(*node.object, c.allocations.get(call.param("name")).object.get());
   });
   if (!answer) return error_response(Error::not_found("node", call.param("name"), "no such node"));
   return json_response(200, std::move(*answer));

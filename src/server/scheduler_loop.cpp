@@ -4,9 +4,11 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <algorithm>
 #include <future>
 #include <numeric>
 #include <set>
+#include <unordered_set>
 
 #include "server/job_writes.h"
 #include "server/migrations.h"
@@ -149,6 +151,7 @@ CycleReport SchedulerLoop::run_once() {
   sync();
   Time now = clock_();
   snapshot_.now = now;
+  note_idle_nodes(now);
   // Fair share: charge running jobs for the time since the last cycle.
   if (last_usage_at_ != Time{} && now > last_usage_at_) {
     double seconds = static_cast<double>((now - last_usage_at_).count());
@@ -179,9 +182,13 @@ CycleReport SchedulerLoop::run_once() {
       if (auto it = reserved.find(w.job); it != reserved.end()) waiting.estimated_start = it->second;
       reasons.emplace(snapshot_.jobs[w.job].meta.name, std::move(waiting));
     }
+    std::unordered_map<std::string, NodeIdle> idle;
+    for (const auto& [name, since] : idle_since_) idle[name].since = since;
+    for (const auto& candidate : result.power_down) idle[snapshot_.nodes[candidate.node].meta.name].power_down_candidate = true;
     {
       std::lock_guard lock(reasons_mutex_);
       reasons_.swap(reasons);
+      idle_.swap(idle);
     }
   }  // the old table is freed here, outside the lock
   auto commit_started = std::chrono::steady_clock::now();
@@ -450,6 +457,35 @@ void SchedulerLoop::loop() {
 }
 
 std::string SchedulerLoop::waiting_reason(const std::string& job) const { return waiting(job).reason; }
+
+void SchedulerLoop::note_idle_nodes(Time now) {
+  std::unordered_set<std::string> busy;
+  for (const auto& job : snapshot_.jobs) {
+    for (const auto& binding : job.status.placement) busy.insert(binding.node);
+  }
+  std::unordered_map<std::string, Time> idle_since;
+  for (auto& node : snapshot_.nodes) {
+    node.idle_since.reset();
+    if (busy.count(node.meta.name)) continue;
+    auto known = idle_since_.find(node.meta.name);
+    node.idle_since = known == idle_since_.end() ? now : known->second;
+    idle_since.emplace(node.meta.name, *node.idle_since);
+  }
+  idle_since_.swap(idle_since);
+}
+
+NodeIdle SchedulerLoop::idle(const std::string& node) const {
+  std::lock_guard lock(reasons_mutex_);
+  auto it = idle_.find(node);
+  return it == idle_.end() ? NodeIdle{} : it->second;
+}
+
+size_t SchedulerLoop::power_down_candidates() const {
+  std::lock_guard lock(reasons_mutex_);
+  return static_cast<size_t>(std::count_if(idle_.begin(), idle_.end(), [](const auto& entry) {
+    return entry.second.power_down_candidate;
+  }));
+}
 
 JobWaiting SchedulerLoop::waiting(const std::string& job) const {
   std::lock_guard lock(reasons_mutex_);

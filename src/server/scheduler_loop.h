@@ -59,12 +59,19 @@ class SchedulerLoop {
   std::string waiting_reason(const std::string& job) const;
   // Its reason, queue position and reserved start, as of the latest cycle (empty: not waiting).
   JobWaiting waiting(const std::string& job) const;
+  // Whether node `node` had no job bound to it, since when, and whether it could be powered down,
+  // as of the latest cycle.
+  NodeIdle idle(const std::string& node) const;
+  size_t power_down_candidates() const;
 
  private:
   void on_change(const Change& change);
   void sync();
   void upsert_job(const std::string& id, const model::Job* job);
   void upsert_node(const std::string& name, const model::Node* node);
+  // Gives every node of the snapshot its idle_since: the node records do not keep it (an agent
+  // reports what runs, not since when nothing does), so the loop does, from its first cycle on.
+  void note_idle_nodes(Time now);
   size_t commit(const sched::CycleResult& result);
   void loop();
 
@@ -89,6 +96,8 @@ class SchedulerLoop {
 
   mutable std::mutex reasons_mutex_;
   std::unordered_map<std::string, JobWaiting> reasons_;
+  std::unordered_map<std::string, NodeIdle> idle_;  // under reasons_mutex_; idle nodes only
+  std::unordered_map<std::string, Time> idle_since_;  // the loop's own
 
   std::mutex wake_mutex_;
   std::condition_variable wake_cv_;

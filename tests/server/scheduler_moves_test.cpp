@@ -1,6 +1,8 @@
-// Moves for room through the control plane: with migration for room on (--scheduler-config), a
-// cycle that moves a running job asks its agents for a live migration, as `cnlab migrate` does, and
-// binds the job it made room for; a move the cluster cannot carry out is not asked for.
+// Moves for room and drains through the control plane, and the nodes it reports for power-down:
+// with migration for room on (--scheduler-config), a cycle that moves a running job asks its agents
+// for a live migration, as `cnlab migrate` does, and binds the job it made room for; a move the
+// cluster cannot carry out is not asked for; a node idle for power_down_after is served as a
+// power-down candidate.
 #include <gmock/gmock.h>
 
 #include <fstream>
@@ -165,6 +167,41 @@ TEST_F(SchedulerMovesTest, ADrainIsAskedForWholeOrNotAtAll) {
   EXPECT_THAT(server_log(), HasSubstr("job=\"" + running + "\" for=\"power-down\""));
   EXPECT_FALSE(get_job(*admin_, running)["status"].contains("migration"));
   EXPECT_FALSE(get_job(*admin_, scheduled)["status"].contains("migration"));
+}
+
+TEST_F(SchedulerMovesTest, ANodeIdleForPowerDownAfterIsShownAsAPowerDownCandidate) {
+  server_->stop(SIGTERM);
+  std::ofstream(config_dir_.path() + "/idle.json") << R"({"power_down_after": "1s"})";
+  start_server({"--scheduler-config", config_dir_.path() + "/idle.json"});
+  agents_["n1"] = add_node("n1", 1);
+  agents_["n2"] = add_node("n2", 1);
+  call(*admin_, "POST", "/v1/nodes/n2/cordon", 200);
+  const std::string id = run_job("none", 1000, "n1");
+  call(*admin_, "POST", "/v1/nodes/n2/uncordon", 200);
+  auto node = [&](const std::string& name) { return call(*admin_, "GET", "/v1/nodes/" + name, 200)["status"]; };
+  auto candidates = [&] {
+    auto metrics = server_->client("")->request("GET", "/metrics");
+    const std::string text = metrics ? metrics->body : "";
+    const std::string name = "\ncnlab_nodes_power_down_candidates ";
+    const size_t at = text.find(name);
+    return at == std::string::npos ? -1 : std::stoi(text.substr(at + name.size()));
+  };
+  ASSERT_TRUE(eventually([&] { return node("n2").value("power_down_candidate", false); })) << node("n2").dump();
+  EXPECT_TRUE(node("n2").contains("idle_since"));
+  EXPECT_FALSE(node("n1").value("power_down_candidate", true)) << "n1 runs a job";
+  EXPECT_FALSE(node("n1").contains("idle_since"));
+  EXPECT_EQ(candidates(), 1);
+  bool listed = false;
+  const Json nodes = call(*admin_, "GET", "/v1/nodes", 200);
+  for (const auto& item : nodes["items"]) {
+    listed = listed || (item["metadata"]["name"] == "n2" && item["status"].value("power_down_candidate", false));
+  }
+  EXPECT_TRUE(listed);
+
+  call(*admin_, "POST", "/v1/jobs/" + id + "/cancel", 200);
+  call(*agents_.at("n1"), "PUT", "/v1/jobs/" + id + "/status", 200, {{"phase", "Failed"}, {"message", "cancelled"}});
+  ASSERT_TRUE(eventually([&] { return node("n1").value("power_down_candidate", false); })) << node("n1").dump();
+  EXPECT_EQ(candidates(), 2);
 }
 
 TEST_F(SchedulerMovesTest, ABadSchedulerConfigIsRefusedNamingTheField) {
