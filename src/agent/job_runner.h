@@ -179,6 +179,9 @@ class JobRunner {
   // The source's side of a migration; returns once the job runs elsewhere (then it is stopped
   // here) or is back here (thawed).
   void migrate_out(OutputReader* reader, const model::Migration& move);
+  // Whether the server bound the job to its target with dump `digest` (a hand-over whose answer
+  // was lost but which took effect): then the source must not thaw it.
+  bool handed_over_already(const std::string& digest);
   // Where node `node`'s agent takes migrating jobs (its peer endpoint), as its node record says.
   Result<HostPort> peer_endpoint_of(const std::string& node);
   // Before a start from a process checkpoint: the directories of the dump put in place and the

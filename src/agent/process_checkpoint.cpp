@@ -128,6 +128,14 @@ Result<HostPort> JobRunner::peer_endpoint_of(const std::string& node) {
   return parse_host_port(address, "status.peer_address");
 }
 
+bool JobRunner::handed_over_already(const std::string& digest) {
+  auto job = api_.call("GET", "/v1/jobs/" + job_id_);
+  if (!job) return job.error().code == ErrorCode::kNotFound;  // bound to the target: no longer ours
+  auto decoded = model::job_from_json(*job);
+  return decoded && decoded->status.migration && decoded->status.migration->from == context_.node &&
+         decoded->status.migration->dump_digest == digest;
+}
+
 void JobRunner::migrate_out(OutputReader* reader, const model::Migration& move) {
   auto give_up = [&](const std::string& why) {
     spdlog::warn("job migration failed job=\"{}\" error=\"{}\"", job_id_, why);
@@ -188,7 +196,12 @@ void JobRunner::migrate_out(OutputReader* reader, const model::Migration& move) 
     if (told || told.error().code != ErrorCode::kUnavailable) break;
     pause(std::chrono::milliseconds(200 << attempt));
   }
-  if (!told) return abandon("the server did not take the hand-over: " + told.error().message);
+  // Refused, and not because an earlier try whose answer was lost took effect: it runs on here. Not
+  // answered at all: the outcome below decides (the server gives a migration whose hand-over never
+  // arrived back to this node after --migration-timeout), so the job never runs twice.
+  if (!told && told.error().code != ErrorCode::kUnavailable && !handed_over_already(packed->digest)) {
+    return abandon("the server did not take the hand-over: " + told.error().message);
+  }
   spdlog::info("job frozen for migration job=\"{}\" to=\"{}\" digest=\"{}\" dump_ms={} bytes={} post_copy={}", job_id_,
                move.to, packed->digest, taken->pause.count(), packed->archive.size(), lazy != nullptr);
   // The outcome: the target runs it (the job is no longer ours to see), or it is given back.

@@ -141,17 +141,18 @@ struct JobSpec {
 };
 
 // A live migration under way (POST /v1/jobs/{id}/migrate). The source agent freezes the job,
-// dumps it and uploads the dump; the server then binds the job to the target (from = the source);
-// the target restores it and reports Running, which ends the migration. A target that fails, or
-// does not report in time, gives the job back to the source, which thaws it.
+// dumps it, streams the dump straight to the target agent and reports it handed over; the server
+// then binds the job to the target (from = the source); the target restores it and reports
+// Running, which ends the migration. A target that fails, or does not report in time, gives the
+// job back to the source, which thaws it.
 struct Migration {
   std::string to;  // the node asked for; empty: any other node with room
   Time requested_at{};
-  std::string from;               // set once the source's dump is stored
+  std::string from;               // set once the source has handed its dump over
   std::optional<Time> frozen_at;  // when the source froze it: the pause starts here
   int64_t frozen_at_ms = 0;       // the same, in milliseconds since the epoch (for the pause)
   // Post-copy: "host:port" of the source's page gate, which the target pulls the job's memory
-  // from over TLS (the dump it stored holds all but the memory). Empty: stop-and-copy.
+  // from over mutual TLS (the dump holds all but the memory). Empty: stop-and-copy.
   std::string pages_from = "";
   // The digest of the dump the source streamed straight to the target's peer endpoint (set with
   // `from`): the target restores only a dump it received from `from` with this digest.

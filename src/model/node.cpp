@@ -177,6 +177,7 @@ Json to_json(const Node& node) {
   if (!node.agent_version.empty()) status["agent_version"] = node.agent_version;
   if (!node.address.empty()) status["address"] = node.address;
   if (!node.peer_address.empty()) status["peer_address"] = node.peer_address;
+  if (node.power_down_candidate) status["power_down_candidate"] = true;
   return {{"kind", "Node"},
           {"metadata", to_json(node.meta)},
           {"spec", {{"unschedulable", node.unschedulable}}},
@@ -196,7 +197,7 @@ Result<Node> node_from_json(const Json& json) {
 
   JsonReader st(*parts->status, "status");
   st.only({"phase", "cpu_milli", "memory_mib", "simulated", "gpus", "idle_since", "last_heartbeat", "conditions",
-           "agent_version", "address", "peer_address"});
+           "agent_version", "address", "peer_address", "power_down_candidate"});
   node.phase = detail::read_enum(st, "phase", kPhases, NodePhase::kReady, "phases");
   node.cpu_milli = st.integer_or("cpu_milli", 0, 0, int64_t{1} << 40);
   node.memory_mib = st.integer_or("memory_mib", 0, 0, int64_t{1} << 40);
@@ -220,6 +221,7 @@ Result<Node> node_from_json(const Json& json) {
   node.agent_version = detail::bounded_string(st, "agent_version", 256);
   node.address = detail::bounded_string(st, "address", 1024);
   node.peer_address = detail::bounded_string(st, "peer_address", 1024);
+  node.power_down_candidate = st.boolean_or("power_down_candidate", false);
   if (!st.status()) return st.status().error();
   if (auto valid = validate(node); !valid) return valid.error();
   return node;

@@ -61,6 +61,9 @@ struct Node {
   bool simulated = false;      // GPUs come from the simulated backend, not real hardware
   std::vector<Gpu> gpus;       // gpus[i].index == i
   std::optional<Time> idle_since;      // when its last job ended; absent while busy
+  // Idle for the scheduler's power_down_after with nothing reserved on it (the server fills it in
+  // and idle_since when it serves a node; a record never holds them).
+  bool power_down_candidate = false;
   std::optional<Time> last_heartbeat;
   std::vector<NodeCondition> conditions;
   std::string agent_version;  // the version of `cnlab agent` running there
@@ -75,9 +78,10 @@ struct Node {
 };
 
 // JSON: spec {"unschedulable"}; status {"phase", "cpu_milli", "memory_mib", "simulated", "gpus",
-// "idle_since", "last_heartbeat", "conditions", "agent_version", "address", "peer_address"}; each GPU {"index",
+// "idle_since", "last_heartbeat", "conditions", "agent_version", "address", "peer_address", "power_down_candidate"}; each GPU {"index",
 // "uuid", "model", "memory_mib", "healthy", "mig_enabled", "mig_instances", "simulated"}. Empty
-// conditions, agent_version, address and peer_address are omitted.
+// conditions, agent_version, address and peer_address are omitted, and power_down_candidate when
+// false.
 Json to_json(const Node& node);
 // Decodes and validates; the error names the JSON path of the first bad field, unknown fields are
 // refused, and absent fields take the defaults above (JSON from before a field existed decodes).

@@ -93,7 +93,7 @@ void MigrationWatch::check_once() {
         if (job.status.phase != model::JobPhase::kRunning) {
           why = "the job stopped running before its source dumped it";
         } else if (now - move.requested_at > timeout_) {
-          why = fmt::format("its node did not dump it within {}", format_duration(timeout_));
+          why = fmt::format("its node did not hand its dump over within {}", format_duration(timeout_));
         }
       } else if (job.status.phase == model::JobPhase::kPending) {
         why = "the target " + move.to + " was lost before the job ran there";

@@ -2,7 +2,7 @@
 // restoring; see model::Migration for the steps).
 //
 // MigrationWatch, a background pass, keeps both going:
-//  - a migration whose source never stored its dump within `timeout` is given up (the job ran on);
+//  - a migration whose source never handed its dump over within `timeout` is given up (the job ran on);
 //  - a migration whose target did not report the job Running within `timeout` of the freeze, or
 //    whose target was lost meanwhile (the job requeued), is rolled back: the job is bound to its
 //    source again, which thaws it. A migration never loses a job;

@@ -216,11 +216,11 @@ net::Response Api::list_nodes(const Call& call) {
 }
 
 Json Api::node_view(const model::Node& node, const Allocation* allocation) const {
-  Json json = node_with_allocations(node, allocation);
+  model::Node served = node;
   const NodeIdle idle = ctx_.node_idle ? ctx_.node_idle(node.meta.name) : NodeIdle{};
-  if (idle.since) json["status"]["idle_since"] = format_rfc3339(*idle.since);
-  json["status"]["power_down_candidate"] = idle.power_down_candidate;
-  return json;
+  served.idle_since = idle.since;
+  served.power_down_candidate = idle.power_down_candidate;
+  return node_with_allocations(served, allocation);
 }
 
 net::Response Api::get_node(const Call& call) {

@@ -302,6 +302,7 @@ size_t SchedulerLoop::commit(const sched::CycleResult& result) {
   std::map<std::string, model::Node> repartitioned;
   for (const auto& r : result.repartitions) {
     model::Node& node = repartitioned.try_emplace(snapshot_.nodes[r.node].meta.name, snapshot_.nodes[r.node]).first->second;
+    node.idle_since.reset();  // the loop's view, not the record's
     if (r.gpu >= 0 && static_cast<size_t>(r.gpu) < node.gpus.size()) {
       node.gpus[r.gpu].mig_enabled = r.mig_enabled;
       node.gpus[r.gpu].mig_instances = r.instances;
