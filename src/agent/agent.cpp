@@ -161,6 +161,11 @@ class AgentImpl final : public Agent {
   // This node's certificate and the endpoint other agents stream migrating jobs to; on failure
   // (logged) the node neither sends nor takes live migrations.
   void start_peer_endpoint();
+  // From the heartbeat thread, every certificate_check_interval: a certificate with a third of its
+  // life left (or gone) is renewed, and the peer endpoint restarted with it on the same port (gates
+  // and tunnels read it when they open).
+  void renew_node_certificate();
+  std::chrono::steady_clock::time_point certificate_checked_at_{};
   // Brings MIG-enabled GPUs to the layouts the scheduler decided (the node record), before the
   // heartbeat reports what is there. Returns the revision of the record it read (0: unread): the
   // heartbeat names it, so that the server keeps a layout decided after it.
@@ -414,7 +419,32 @@ Status AgentImpl::open() {
   return Status::ok();
 }
 
+void AgentImpl::renew_node_certificate() {
+  if (!peer_endpoint_ || std::chrono::steady_clock::now() - certificate_checked_at_ < config_.certificate_check_interval) {
+    return;
+  }
+  certificate_checked_at_ = std::chrono::steady_clock::now();
+  bool renewed = false;
+  auto tls = ensure_node_certificate(context_.server, token(), config_.data_dir, name_, &renewed);
+  if (!tls) {
+    spdlog::warn("node certificate not renewed node=\"{}\" error=\"{}\"", name_, tls.error().to_string());
+    return;
+  }
+  if (!renewed) return;
+  const std::string listen = report_input_.peer_address;
+  peer_endpoint_.reset();  // frees the port for its successor
+  auto endpoint = PeerEndpoint::start(listen, *tls, context_.incoming_dir, kMaxMigrationDumpBytes);
+  if (!endpoint) {
+    spdlog::error("live migrations off: the peer endpoint did not restart node=\"{}\" error=\"{}\"", name_,
+                  endpoint.error().to_string());
+    report_input_.peer_address.clear();  // the next heartbeat says so
+    return;
+  }
+  peer_endpoint_ = std::move(*endpoint);
+}
+
 void AgentImpl::start_peer_endpoint() {
+  certificate_checked_at_ = std::chrono::steady_clock::now();
   auto tls = ensure_node_certificate(context_.server, token(), config_.data_dir, name_);
   if (!tls) {
     spdlog::warn("live migrations off: no node certificate node=\"{}\" error=\"{}\"", name_, tls.error().to_string());
@@ -527,6 +557,7 @@ void AgentImpl::heartbeat_loop() {
       spdlog::error("gpu unhealthy node=\"{}\" gpu={} uuid=\"{}\" reason=\"{}\"", name_, event.index, event.uuid,
                     event.reason);
     }
+    renew_node_certificate();
     int64_t layouts_read = apply_decided_layouts(*api);
     model::Node node = report(now());
     node.meta.revision = layouts_read;

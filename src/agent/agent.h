@@ -52,6 +52,8 @@ struct AgentConfig {
   // The port of the peer endpoint (on `address`'s host) where other agents stream migrating jobs
   // to this one over mutual TLS; 0: one the kernel picks (reported to the server either way).
   int peer_port = 0;
+  // How often the node certificate is checked and renewed once a third of its life is left.
+  std::chrono::milliseconds certificate_check_interval{3600 * 1000};
 };
 
 class Agent {

@@ -39,6 +39,7 @@ struct AgentFlags {
   std::string heartbeat = "5s";
   std::string grace = "10s";
   std::string checkpoint_grace = "30s";
+  std::string certificate_check = "1h";
   bool no_cgroups = false;
   bool no_namespaces = false;
   bool no_vgpu = false;
@@ -64,6 +65,9 @@ int run_agent(AgentFlags& flags) {
   auto checkpoint_grace = parse_duration(flags.checkpoint_grace, "--checkpoint-grace");
   if (!checkpoint_grace) return fail(checkpoint_grace.error());
   config.checkpoint_grace = std::chrono::duration_cast<std::chrono::milliseconds>(*checkpoint_grace);
+  auto certificate_check = parse_duration(flags.certificate_check, "--certificate-check-interval");
+  if (!certificate_check) return fail(certificate_check.error());
+  config.certificate_check_interval = std::chrono::duration_cast<std::chrono::milliseconds>(*certificate_check);
   config.use_cgroups = !flags.no_cgroups;
   config.use_namespaces = !flags.no_namespaces;
   config.use_vgpu = !flags.no_vgpu;
@@ -143,6 +147,9 @@ void add_agent_commands(CLI::App& app) {
                   "The port on --address where other agents stream migrating jobs here over mutual TLS (0: any free one)")
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
+  cmd->add_option("--certificate-check-interval", flags->certificate_check,
+                  "How often the node certificate is checked and, with a third of its life left, renewed")
+      ->capture_default_str();
   cmd->add_flag("--stop-jobs-on-exit", flags->stop_jobs, "Stop the running jobs when the agent stops (default: they keep running and are adopted)");
   cmd->callback([flags] { std::exit(run_agent(*flags)); });
 }

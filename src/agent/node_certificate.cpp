@@ -35,9 +35,10 @@ bool still_good(const NodeTls& tls) {
 }  // namespace
 
 Result<NodeTls> ensure_node_certificate(const ServerAddress& server, const std::string& token,
-                                        const std::string& data_dir, const std::string& node) {
+                                        const std::string& data_dir, const std::string& node, bool* renewed) {
   const fs::path dir = fs::path(data_dir) / "tls";
   NodeTls tls{node, (dir / "node.pem").string(), (dir / "node.key").string(), (dir / "ca.pem").string()};
+  if (renewed) *renewed = false;
   if (still_good(tls)) return tls;
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -55,6 +56,7 @@ Result<NodeTls> ensure_node_certificate(const ServerAddress& server, const std::
     if (auto written = net::write_private_file(path, text, mode); !written) return written.error();
   }
   spdlog::info("node certificate issued node=\"{}\" until=\"{}\"", node, answer->value("expires_at", ""));
+  if (renewed) *renewed = true;
   return tls;
 }
 

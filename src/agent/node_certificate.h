@@ -20,8 +20,10 @@ struct NodeTls {
 };
 
 // The certificate kept in `<data_dir>/tls/`, fetched anew when there is none, it names another
-// node, or less than a third of its life is left. `token` is the node's credential.
+// node, or less than a third of its life is left (then `*renewed` is set). `token` is the node's
+// credential.
 Result<NodeTls> ensure_node_certificate(const ServerAddress& server, const std::string& token,
-                                        const std::string& data_dir, const std::string& node);
+                                        const std::string& data_dir, const std::string& node,
+                                        bool* renewed = nullptr);
 
 }  // namespace cnlab::agent

@@ -224,6 +224,28 @@ TEST_F(MigrationTest, APostCopyMigrationRunsTheJobOnTheTargetAndPullsItsMemoryFr
   EXPECT_THAT(agents_[1]->log(), HasSubstr("job pages pulled job=\"" + id + "\""));
 }
 
+TEST_F(MigrationTest, ANodeCertificateRenewedWhileTheAgentRunsStillCarriesAMigration) {
+  const std::vector<std::string> check_often = {"--certificate-check-interval", "1s"};
+  add_agent("node-a", "h100", check_often);
+  std::string id = submit_counter(40);
+  ASSERT_TRUE(eventually([&] { return last_tick(id) >= 5; }, 20s)) << agents_[0]->log();
+  AgentProcess& target = add_agent("node-b", "h100", check_often);
+  // node-b's certificate is gone (as good as expired): it gets a new one and restarts its endpoint.
+  fs::remove(target.data_dir() + "/tls/node.pem");
+  auto issued = [&] {
+    const std::string log = target.log(), line = "node certificate issued node=\"node-b\"";
+    return log.find(line) != log.rfind(line);
+  };
+  ASSERT_TRUE(eventually(issued, 20s)) << target.log();
+  ASSERT_TRUE(fs::exists(target.data_dir() + "/tls/node.pem"));
+
+  call(*admin_, "POST", "/v1/jobs/" + id + "/migrate", 202, {{"to", "node-b"}});
+  ASSERT_TRUE(eventually([&] { return has_event(id, "Migrated"); }, 30s)) << events(id) << target.log();
+  Json ended = wait_for_end(id, 60s);
+  ASSERT_EQ(ended["status"]["phase"], "Succeeded") << ended.dump() << target.log();
+  expect_unbroken(ticks(texts(logs(id))), 40);
+}
+
 TEST_F(MigrationTest, APostCopyMigrationWhoseTargetDiesLeavesTheJobRunningOnTheSource) {
   add_agent("node-a", "h100", kPostCopy);
   add_agent("node-b", "h100", kPostCopy);
