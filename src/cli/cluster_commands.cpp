@@ -146,6 +146,10 @@ void run_nodes(const ClientFlags& flags, const ClusterArgs& args) {
     if (mig) notes.push_back("MIG on " + std::to_string(mig));
     std::string phase(field(node, "status", "phase"));
     Time heartbeat = time_field(node, "status", "last_heartbeat");
+    if (status.value("power_down_candidate", false)) {
+      const Time idle_since = time_field(node, "status", "idle_since");
+      notes.push_back("power-down candidate" + (idle_since == Time{} ? "" : " (idle " + format_age(now - idle_since) + ")"));
+    }
     table.row();
     table.cell(name);
     table.cell(phase, node_phase_colour(phase));

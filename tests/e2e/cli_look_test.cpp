@@ -275,6 +275,21 @@ TEST_F(CliLookTest, JsonAndNameOutputsAreForScripts) {
   EXPECT_EQ(Json::parse(described.out)["metadata"]["name"], a);
 }
 
+TEST_F(CliLookTest, NodesNamesANodeIdleForPowerDownAfterAsAPowerDownCandidate) {
+  server_->stop(SIGTERM);
+  const std::string config = homes_dir_.path() + "/scheduler.json";
+  std::ofstream(config) << R"({"power_down_after": "1s"})";
+  start_server({"--scheduler-config", config});
+  login("admin", server_->admin_token());
+  add_agent("gpu-1");
+  Ran nodes;
+  ASSERT_TRUE(eventually([&] {
+    nodes = cnlab(home("admin"), {"nodes"});
+    return nodes.out.find("power-down candidate (idle ") != std::string::npos;
+  })) << nodes.out << nodes.err;
+  EXPECT_EQ(nodes.code, 0);
+}
+
 TEST_F(CliLookTest, NodesAndGpusShowTheSimulatedNodeAndWhoHoldsWhichBlocks) {
   add_agent("gpu-1");
   two_teams();
