@@ -638,15 +638,7 @@ net::Response Api::report_job_status(const Call& call) {
                                      std::chrono::system_clock::now().time_since_epoch())
                                      .count();
           const int64_t pause_ms = move.frozen_at_ms > 0 ? now_ms - move.frozen_at_ms : 0;
-          job.status.migration.reset();
-          if (!move.pages_from.empty() && job.status.checkpoint) {
-            // A post-copy dump holds no memory: the job never resumes from it, but from the one before.
-            job.status.checkpoint.reset();
-            if (!job.status.older_checkpoints.empty()) {
-              job.status.checkpoint = job.status.older_checkpoints.front();
-              job.status.older_checkpoints.erase(job.status.older_checkpoints.begin());
-            }
-          }
+          job.status.migration.reset();  // its checkpoints stay as they were: the dump is none of them
           job.status.phase = model::JobPhase::kRunning;
           job.status.attempts += 1;  // a new attempt: its node numbers its log lines afresh
           job.status.attempt_nodes = {call.caller.node};
