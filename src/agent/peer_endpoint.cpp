@@ -96,6 +96,7 @@ class Endpoint final : public PeerEndpoint {
   Status keep(const std::string& job, const std::string& from, const std::string& digest, const std::string& body) {
     std::error_code ec;
     fs::create_directories(incoming_, ec);
+    fs::permissions(incoming_, fs::perms::owner_all, ec);  // a dump holds the job's memory: the agent's alone
     const fs::path archive = incoming_ / (job + ".archive"), dir = incoming_ / job;
     (void)safe_remove_tree(dir.string());
     fs::remove(meta_of(incoming_, job), ec);

@@ -64,6 +64,8 @@ TEST_F(PeerEndpointTest, ADumpSentByTheSourceIsTakenWithItsSenderAndDigest) {
   EXPECT_EQ(take_incoming_dump(dir_ / "incoming", "job-1", "node-a", other_digest, dir_ / "restored").error().code,
             ErrorCode::kNotFound)
       << "only with the digest the server names";
+  EXPECT_EQ(fs::status(dir_ / "incoming").permissions() & fs::perms::all, fs::perms::owner_all)
+      << "a dump holds a job's memory: no one but the agent reads it";
   auto taken = take_incoming_dump(dir_ / "incoming", "job-1", "node-a", digest_, dir_ / "restored");
   ASSERT_TRUE(taken) << taken.error().to_string();
   std::ifstream pages(dir_ / "restored" / "images" / "pages-1.img");
