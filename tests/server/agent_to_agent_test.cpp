@@ -40,6 +40,21 @@ TEST_F(AgentToAgentTest, ANodeGetsACertificateForItsOwnNameFromTheClustersCa) {
     audited = audited || (item["record"]["action"] == "nodes.certificate" && item["record"]["target"] == "gpu-1");
   }
   EXPECT_TRUE(audited);
+  auto info_days = static_cast<double>(info->not_after - info->not_before) / 86400;
+  EXPECT_LT(info_days, 2.1) << "short-lived: a revoked node loses it within two days";
+}
+
+TEST_F(AgentToAgentTest, ANodeWhoseCredentialWasRevokedGetsNoNewCertificate) {
+  auto node = server_->client(register_node("gpu-1", "h100", 1));
+  ask_certificate(*node, "gpu-1", 201, csr("gpu-1"));
+  const Json tokens = call(*admin_, "GET", "/v1/tokens", 200);
+  std::string credential;
+  for (const auto& token : tokens["items"]) {
+    if (token["spec"]["user"] == "node:gpu-1") credential = token["metadata"]["name"];
+  }
+  ASSERT_FALSE(credential.empty()) << tokens.dump();
+  call(*admin_, "POST", "/v1/tokens/" + credential + "/revoke", 200);
+  ask_certificate(*node, "gpu-1", 401, csr("gpu-1"));
 }
 
 TEST_F(AgentToAgentTest, NoOneGetsACertificateForAnotherNodesName) {
