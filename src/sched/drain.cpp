@@ -48,14 +48,15 @@ struct Candidate {
 }  // namespace
 
 std::optional<Drain> DrainSelector::choose(ClusterState& state, const Calendar& calendar, const PlacementSearch& search,
-                                           DrainBudget& budget, std::vector<uint8_t>& skip) const {
+                                           DrainBudget& budget, std::vector<uint8_t>& skip,
+                                           const std::vector<uint8_t>& settling) const {
   const size_t max_jobs = static_cast<size_t>(std::min(budget.moves, config_.max_moves_per_job));
   if (max_jobs == 0) return std::nullopt;
   std::vector<Candidate> candidates;
   for (uint32_t n = 0; n < state.node_count(); ++n) {
     const NodeState& node = state.node(n);
     // A node with a reservation is about to take the reserved job: emptying it powers nothing down.
-    if (skip[n] || !busy(node) || !calendar.holds_on(n).empty()) continue;
+    if (skip[n] || settling[n] || !busy(node) || !calendar.holds_on(n).empty()) continue;
     const std::vector<uint32_t>& allocations = state.node_allocations(n);
     if (allocations.size() > max_jobs) continue;
     Candidate c{allocations.size(), load_of(node), 0, n};
@@ -77,13 +78,14 @@ std::optional<Drain> DrainSelector::choose(ClusterState& state, const Calendar& 
   std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) { return a.key() < b.key(); });
   for (size_t k = 0; k < candidates.size() && k < kVerified && budget.verifications > 0; ++k) {
     --budget.verifications;
-    if (auto drain = verify(state, search, candidates[k].node)) return drain;
+    if (auto drain = verify(state, search, candidates[k].node, settling)) return drain;
     skip[candidates[k].node] = 1;  // the cluster only fills up during the cycle: it fails again
   }
   return std::nullopt;
 }
 
-std::optional<Drain> DrainSelector::verify(ClusterState& state, const PlacementSearch& search, uint32_t node) const {
+std::optional<Drain> DrainSelector::verify(ClusterState& state, const PlacementSearch& search, uint32_t node,
+                                           const std::vector<uint8_t>& settling) const {
   const Time cap = now_ + kGainHorizon;
   auto capped = [&](Time t) { return std::min(t, cap); };
   // Node-time the drain saves: the node would otherwise run until its last job ends.
@@ -98,7 +100,7 @@ std::optional<Drain> DrainSelector::verify(ClusterState& state, const PlacementS
 
   std::vector<uint32_t> targets;
   for (uint32_t n = 0; n < state.node_count(); ++n) {
-    if (n != node && busy(state.node(n))) targets.push_back(n);
+    if (n != node && !settling[n] && busy(state.node(n))) targets.push_back(n);
   }
   // Each target's expected end of work, kept up to date as movers land on it.
   std::vector<Time> until(targets.size());

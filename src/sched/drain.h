@@ -47,13 +47,16 @@ class DrainSelector {
 
   // The next node to empty, within `budget` (verifications are charged to it; the caller charges
   // the moves); nullopt when none qualifies. Nodes marked in `skip` are not considered, and a node
-  // that fails verification is marked there. The state is left as it was: the caller applies the
-  // moves. `search` must read `state`.
+  // that fails verification is marked there. Nodes marked in `settling` (a live migration under
+  // way leaves or enters them) are neither emptied nor moved onto: the move in flight would undo
+  // the drain, or the drain the move. The state is left as it was: the caller applies the moves.
+  // `search` must read `state`.
   std::optional<Drain> choose(ClusterState& state, const Calendar& calendar, const PlacementSearch& search,
-                              DrainBudget& budget, std::vector<uint8_t>& skip) const;
+                              DrainBudget& budget, std::vector<uint8_t>& skip, const std::vector<uint8_t>& settling) const;
 
  private:
-  std::optional<Drain> verify(ClusterState& state, const PlacementSearch& search, uint32_t node) const;
+  std::optional<Drain> verify(ClusterState& state, const PlacementSearch& search, uint32_t node,
+                              const std::vector<uint8_t>& settling) const;
 
   const std::vector<JobInfo>& jobs_;
   const PolicyConfig& config_;

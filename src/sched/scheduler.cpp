@@ -487,9 +487,14 @@ class Cycle {
     DrainBudget budget{std::min(config_.max_drain_moves_per_cycle,
                                 config_.max_migrations_per_cycle - static_cast<int>(result_.migrations.size())),
                        kDrainVerificationsPerCycle};
-    std::vector<uint8_t> skip(state_.node_count(), 0);
+    std::vector<uint8_t> skip(state_.node_count(), 0), settling(state_.node_count(), 0);
+    for (const model::Job& job : snap_.jobs) {
+      if (!job.status.migration || !holds_node(job)) continue;
+      for (const auto& binding : job.status.placement) mark(settling, binding.node);
+      mark(settling, job.status.migration->to);
+    }
     while (budget.moves > 0) {
-      auto drain = drains_.choose(state_, calendar_, search_, budget, skip);
+      auto drain = drains_.choose(state_, calendar_, search_, budget, skip, settling);
       if (!drain) return;
       for (const Move& move : drain->moves) state_.release(move.from);
       for (Move& move : drain->moves) {
@@ -502,6 +507,14 @@ class Cycle {
       budget.moves -= static_cast<int>(drain->moves.size());
       skip[drain->node] = 1;
     }
+  }
+
+  static bool holds_node(const model::Job& job) {
+    return job.status.phase == model::JobPhase::kRunning || job.status.phase == model::JobPhase::kScheduled;
+  }
+  void mark(std::vector<uint8_t>& nodes, const std::string& name) const {
+    const uint32_t n = state_.find_node(name);
+    if (n != kNone) nodes[n] = 1;
   }
 
   void report_power_down() {

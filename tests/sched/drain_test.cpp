@@ -122,6 +122,21 @@ TEST(Drain, AJobThatEndsSoonIsLeftToFinishAndItsNodeWaitsForIt) {
   EXPECT_EQ(moved(run_cycle(light_b(movable({.estimate = 3 * kHour})), with_drains())), std::vector<JobIndex>{2});
 }
 
+TEST(Drain, NodesALiveMigrationLeavesOrEntersAreNeitherDrainedNorMovedOnto) {
+  // Two nodes with one movable job each: a cycle drains one onto the other. While that move is in
+  // flight (the job still bound to its source), the next cycle must not drain the target back onto
+  // the node being emptied.
+  Snapshot s = snapshot_of({gpu_node("a", "h100", 4), gpu_node("b", "h100", 4)},
+                           {running_job("a0", "h100", "a", {whole_gpu(0)}, kHour, movable()),
+                            running_job("b0", "h100", "b", {whole_gpu(0)}, kHour, movable())});
+  CycleResult first = run_cycle(s, with_drains());
+  ASSERT_EQ(first.migrations.size(), 1u);
+  const JobIndex mover = first.migrations[0].job;
+  const std::string to = node_of_move(s, first.migrations[0]);
+  s.jobs[mover].status.migration = model::Migration{to, s.now};  // asked of the agents, not done yet
+  EXPECT_TRUE(run_cycle(s, with_drains()).migrations.empty());
+}
+
 TEST(Drain, NoJobEverLandsOnAnIdleNode) {
   // a is idle; b's job could go nowhere else: it stays.
   Snapshot s = snapshot_of({gpu_node("a", "h100", 4), gpu_node("b", "h100", 4)},
