@@ -198,6 +198,22 @@ class Cycle {
       ++job_allocations_[j].second;
       if (over) warn(fmt::format("job \"{}\": node \"{}\" is over-committed by its binding", job.meta.name, binding.node));
     }
+    hold_migration_target(j, end);
+  }
+
+  // A job moving live to another node still runs where it was until the target has it: the room it
+  // will take there (host CPU and memory; jobs holding GPUs do not move) is held meanwhile, so that
+  // no job is placed into it and the target is not over-committed when the job arrives.
+  void hold_migration_target(JobIndex j, Time end) {
+    const model::Job& job = snap_.jobs[j];
+    if (!job.status.migration || job.status.placement.size() != 1 || !job.status.placement.front().gpus.empty()) return;
+    const std::string& to = job.status.migration->to;
+    const uint32_t node = state_.find_node(to);
+    if (to.empty() || to == job.status.placement.front().node || node == kNone) return;
+    const JobInfo& info = jobs_[j];
+    bool over = false;
+    state_.allocate(j, node, info.shape.cpu_milli, info.shape.memory_mib, {}, false, info.started, end, &over);
+    ++job_allocations_[j].second;
   }
 
   std::vector<JobIndex> urgent_deadline_jobs(int tier) {

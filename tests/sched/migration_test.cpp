@@ -236,5 +236,21 @@ TEST(Migration, PolicyConfigReadsAndWritesItsMigrationKnobs) {
   EXPECT_THAT(bad.error().to_string(), ::testing::HasSubstr("max_moves_per_job"));
 }
 
+TEST(Migration, TheRoomAMoveInFlightWillTakeOnItsTargetIsHeld) {
+  // m runs on a and is moving to b (asked of the agents, not done yet); b's 4 cores are what m will
+  // take. A waiting job that needs them must not get them meanwhile.
+  const JobOptions three_cores{.cpu_milli = 3000, .memory_mib = 1024, .checkpointable = true};
+  auto make = [&](bool moving) {
+    model::Job m = running_job("m", "none", "a", {}, kHour, three_cores);
+    if (moving) m.status.migration = model::Migration{"b", t0()};
+    return snapshot_of({gpu_node("a", "h100", 0, 4000, 16 * 1024), gpu_node("b", "h100", 0, 4000, 16 * 1024)},
+                       {m, pending_job("p", "none", three_cores)});
+  };
+  EXPECT_TRUE(placed(run_cycle(make(false), PolicyConfig{}), 1)) << "b is free while nothing moves there";
+  CycleResult r = run_cycle(make(true), PolicyConfig{});
+  EXPECT_FALSE(placed(r, 1)) << "b's room is m's until it arrives";
+  EXPECT_TRUE(r.warnings.empty());
+}
+
 }  // namespace
 }  // namespace cnlab::sched
