@@ -38,6 +38,16 @@ Status use_node_certificate(ssl::context& context, const NodeTls& tls, const std
   return {};
 }
 
+// Opens, binds and listens on `where`; the port bound, or an error naming `who`.
+Result<int> listen_on(tcp::acceptor& acceptor, const tcp::endpoint& where, const std::string& who) {
+  error_code ec;
+  acceptor.open(where.protocol(), ec);
+  if (!ec) acceptor.bind(where, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return Error::failed_precondition(who + " cannot listen on " + where.address().to_string() + ": " + ec.message());
+  return acceptor.local_endpoint().port();
+}
+
 tcp::socket& raw(tcp::socket& socket) { return socket; }
 tcp::socket& raw(TlsStream& stream) { return stream.next_layer(); }
 
@@ -115,12 +125,9 @@ class Gate final : public PageGate {
 
   Status listen(const tcp::endpoint& where, const NodeTls& tls, const std::string& target) {
     if (auto configured = use_node_certificate(tls_, tls, target); !configured) return configured;
-    error_code ec;
-    acceptor_.open(where.protocol(), ec);
-    if (!ec) acceptor_.bind(where, ec);
-    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-    if (ec) return Error::failed_precondition("page gate cannot listen on " + where.address().to_string() + ": " + ec.message());
-    port_ = acceptor_.local_endpoint().port();
+    auto port = listen_on(acceptor_, where, "page gate");
+    if (!port) return port.error();
+    port_ = *port;
     accept();
     loop_->run();
     return {};
@@ -161,13 +168,9 @@ class Tunnel final : public PageTunnel {
 
   Status listen(const NodeTls& tls, const std::string& source) {
     if (auto configured = use_node_certificate(tls_, tls, source); !configured) return configured;
-    error_code ec;
-    const tcp::endpoint local(asio::ip::make_address("127.0.0.1"), 0);
-    acceptor_.open(local.protocol(), ec);
-    if (!ec) acceptor_.bind(local, ec);
-    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-    if (ec) return Error::failed_precondition("page tunnel cannot listen on loopback: " + ec.message());
-    port_ = acceptor_.local_endpoint().port();
+    auto port = listen_on(acceptor_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), "page tunnel");
+    if (!port) return port.error();
+    port_ = *port;
     accept();
     loop_->run();
     return {};

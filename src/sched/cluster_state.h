@@ -98,6 +98,12 @@ class ClusterState {
   const Allocation& allocation(uint32_t a) const { return allocations_[a]; }
   uint32_t allocation_count() const { return static_cast<uint32_t>(allocations_.size()); }
   std::span<const PartUse> parts(const Allocation& a) const { return {parts_.data() + a.parts_begin, a.parts_count}; }
+  // The GPU blocks `a` holds, over all its partitions.
+  int held_blocks(const Allocation& a) const {
+    int blocks = 0;
+    for (const PartUse& use : parts(a)) blocks += use.blocks;
+    return blocks;
+  }
   const std::vector<uint32_t>& node_allocations(uint32_t n) const { return node_allocations_[n]; }
   // The expected ends of node_allocations(n), in the same order: scanned by every reservation, so
   // kept apart from the allocation records to be read contiguously.

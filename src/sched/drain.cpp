@@ -28,12 +28,6 @@ Time busy_until(const ClusterState& state, uint32_t node) {
   return latest;
 }
 
-int held_blocks(const ClusterState& state, const Allocation& a) {
-  int blocks = 0;
-  for (const PartUse& use : state.parts(a)) blocks += use.blocks;
-  return blocks;
-}
-
 // A node that runs work and takes new work: where drained jobs may go.
 bool busy(const NodeState& n) { return n.schedulable && n.allocations > 0; }
 
@@ -95,7 +89,7 @@ std::optional<Drain> DrainSelector::verify(ClusterState& state, const PlacementS
   std::vector<uint32_t> movers = state.node_allocations(node);
   std::sort(movers.begin(), movers.end(), [&](uint32_t a, uint32_t b) {
     const Allocation &x = state.allocation(a), &y = state.allocation(b);
-    return std::tuple(-held_blocks(state, x), -x.mem, -x.cpu, a) < std::tuple(-held_blocks(state, y), -y.mem, -y.cpu, b);
+    return std::tuple(-state.held_blocks(x), -x.mem, -x.cpu, a) < std::tuple(-state.held_blocks(y), -y.mem, -y.cpu, b);
   });
 
   std::vector<uint32_t> targets;

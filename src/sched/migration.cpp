@@ -8,12 +8,6 @@
 namespace cnlab::sched {
 namespace {
 
-int held_blocks(const ClusterState& state, const Allocation& a) {
-  int blocks = 0;
-  for (const PartUse& use : state.parts(a)) blocks += use.blocks;
-  return blocks;
-}
-
 // Fewest moves, then the cheapest, then the lower node index.
 struct Ranked {
   size_t count = 0;
@@ -65,7 +59,7 @@ std::optional<MoveSet> MoveSelector::choose(ClusterState& state, const Placement
       const Allocation& allocation = state.allocation(a);
       const JobInfo& job = jobs_[allocation.job];
       if (job.movable && (config_.move_higher_tiers || job.tier >= tier)) {
-        candidates.push_back({-held_blocks(state, allocation), cost(job), a});
+        candidates.push_back({-state.held_blocks(allocation), cost(job), a});
       }
     }
     std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) { return a.key() < b.key(); });
@@ -117,7 +111,7 @@ std::optional<MoveSet> MoveSelector::verify(ClusterState& state, const Placement
   if (needed.empty()) return std::nullopt;  // it fits as things are: no move is needed, none is made
   // The largest mover finds its place first, while the most room is left.
   std::sort(needed.begin(), needed.end(), [&](uint32_t a, uint32_t b) {
-    return std::pair(-held_blocks(state, state.allocation(a)), a) < std::pair(-held_blocks(state, state.allocation(b)), b);
+    return std::pair(-state.held_blocks(state.allocation(a)), a) < std::pair(-state.held_blocks(state.allocation(b)), b);
   });
 
   // Hold the job's place, withhold its node, and find every mover a place elsewhere; all of it is
