@@ -42,7 +42,6 @@ using namespace std::chrono_literals;
 namespace {
 
 // The largest dump another agent may stream here (a stop-and-copy dump holds the job's memory).
-constexpr size_t kMaxMigrationDumpBytes = size_t{16} << 30;
 
 Time now() { return std::chrono::time_point_cast<std::chrono::seconds>(std::chrono::system_clock::now()); }
 

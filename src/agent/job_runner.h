@@ -35,6 +35,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "agent/files/files.h"
 #include "agent/gpu/gpu.h"
@@ -157,14 +158,29 @@ class JobRunner {
   // `dir_/process`. The digest uploaded, or "" when it could not be.
   std::string upload_checkpoint(const std::filesystem::path& source, const std::string& taken_at,
                                 const std::map<std::string, std::string>& headers = {});
-  struct PackedCheckpoint {
-    std::string archive;  // the bytes
-    std::string digest;
-    int64_t file_count = 0;
+  // A checkpoint packed into a file in the job's directory, removed when this goes: uploaded or
+  // sent from there, never read into memory (a process dump holds the job's whole memory).
+  class PackedCheckpoint {
+   public:
+    PackedCheckpoint(std::filesystem::path archive, PackResult packed)
+        : archive_(std::move(archive)), packed_(std::move(packed)) {}
+    PackedCheckpoint(PackedCheckpoint&& other) noexcept
+        : archive_(std::exchange(other.archive_, {})), packed_(std::move(other.packed_)) {}
+    PackedCheckpoint& operator=(PackedCheckpoint&&) = delete;
+    ~PackedCheckpoint();
+    const std::filesystem::path& archive() const { return archive_; }
+    const std::string& digest() const { return packed_.digest; }
+    int64_t archive_bytes() const { return packed_.archive_bytes; }
+    int64_t file_count() const { return packed_.file_count; }
+
+   private:
+    std::filesystem::path archive_;
+    PackResult packed_;
   };
-  Result<PackedCheckpoint> pack_checkpoint(const std::filesystem::path& source);
-  // A migration's dump in dir_/process, streamed to the target's peer endpoint.
-  Status send_dump_to_target(const model::Migration& move, const PackedCheckpoint& packed);
+  // Packs `source` into an archive of at most `max_archive_bytes` (the receiver's limit) at gzip
+  // level `compression_level`.
+  Result<PackedCheckpoint> pack_checkpoint(const std::filesystem::path& source, int64_t max_archive_bytes,
+                                           int compression_level);
   // Why this job cannot be checkpointed transparently here ("" when it can).
   std::string transparent_refusal() const;
   // Dumps the job into dir_/process (replacing an older one) and copies its directories beside

@@ -48,12 +48,16 @@ fs::path meta_of(const fs::path& incoming, const std::string& job) { return inco
 
 class Endpoint final : public PeerEndpoint {
  public:
-  Endpoint(fs::path incoming, size_t max_dump_bytes) : incoming_(std::move(incoming)), max_dump_bytes_(max_dump_bytes) {}
+  Endpoint(fs::path incoming, int64_t max_dump_bytes) : incoming_(std::move(incoming)), max_dump_bytes_(max_dump_bytes) {}
   ~Endpoint() override {
     if (server_) server_->stop();
   }
 
   Status start(const std::string& listen, const NodeTls& tls) {
+    std::error_code ec;
+    fs::create_directories(incoming_, ec);
+    fs::permissions(incoming_, fs::perms::owner_all, ec);  // a dump holds the job's memory: the agent's alone
+    if (!fs::is_directory(incoming_)) return Error::internal("cannot create " + incoming_.string());
     net::ServerOptions options;
     options.listen = listen;
     options.cert_file = tls.cert_file;
@@ -61,7 +65,12 @@ class Endpoint final : public PeerEndpoint {
     options.client_ca_file = tls.ca_file;
     options.io_threads = 1;
     options.worker_threads = 4;
-    options.max_body_bytes = max_dump_bytes_;
+    options.max_body_bytes = static_cast<size_t>(max_dump_bytes_);
+    // Never more than the disk can hold: a dump too big is refused before any of it is sent.
+    options.body_limit_for = [this](const std::string&, const std::string&, const std::map<std::string, std::string>&) {
+      return static_cast<size_t>(std::min(max_dump_bytes_, free_disk_bytes(incoming_)));
+    };
+    options.spool_dir_for = [this](const std::string&, const std::string&) { return incoming_.string(); };
     auto server = net::Server::start(options, [this](const net::Request& request) { return handle(request); });
     if (!server) return server.error();
     server_ = std::move(*server);
@@ -82,31 +91,26 @@ class Endpoint final : public PeerEndpoint {
     if (auto valid = model::validate_digest(digest, "Checkpoint-Digest"); !valid) return refuse(400, valid.error());
     std::lock_guard lock(mutex_);
     remove_unclaimed();
-    auto kept = keep(job, from, digest, request.body);
+    auto kept = keep(job, from, digest, request.body_file);
     if (!kept) {
       spdlog::warn("migration dump refused job=\"{}\" from=\"{}\" error=\"{}\"", job, from, kept.error().to_string());
       return refuse(kept.error().code == ErrorCode::kInvalidArgument ? 400 : 500, kept.error());
     }
-    spdlog::info("migration dump received job=\"{}\" from=\"{}\" digest=\"{}\" bytes={}", job, from, digest,
-                 request.body.size());
+    spdlog::info("migration dump received job=\"{}\" from=\"{}\" digest=\"{}\"", job, from, digest);
     return answer(201, {{"digest", digest}});
   }
 
-  // Unpacks the archive (its digest checked) as incoming/<job>, with who sent it beside it.
-  Status keep(const std::string& job, const std::string& from, const std::string& digest, const std::string& body) {
+  // Unpacks the spooled archive `body_file` (its digest checked) as incoming/<job>, with who sent it
+  // beside it.
+  Status keep(const std::string& job, const std::string& from, const std::string& digest, const std::string& body_file) {
     std::error_code ec;
-    fs::create_directories(incoming_, ec);
-    fs::permissions(incoming_, fs::perms::owner_all, ec);  // a dump holds the job's memory: the agent's alone
     const fs::path archive = incoming_ / (job + ".archive"), dir = incoming_ / job;
     (void)safe_remove_tree(dir.string());
     fs::remove(meta_of(incoming_, job), ec);
-    {
-      std::ofstream out(archive, std::ios::binary | std::ios::trunc);
-      out.write(body.data(), static_cast<std::streamsize>(body.size()));
-      if (!out) return Error::internal("cannot write " + archive.string());
-    }
+    fs::rename(body_file, archive, ec);
+    if (ec) return Error::internal("cannot keep the dump as " + archive.string() + ": " + ec.message());
     UnpackLimits limits;
-    limits.max_content_bytes = static_cast<int64_t>(max_dump_bytes_) * 4;  // memory pages compress well
+    limits.max_content_bytes = free_disk_bytes(incoming_);  // memory pages compress well; the disk decides
     auto unpacked = unpack_workspace(archive.string(), digest, dir.string(), limits);
     fs::remove(archive, ec);
     if (!unpacked) {
@@ -128,7 +132,7 @@ class Endpoint final : public PeerEndpoint {
   }
 
   fs::path incoming_;
-  size_t max_dump_bytes_;
+  int64_t max_dump_bytes_;
   std::mutex mutex_;  // one dump kept at a time
   std::unique_ptr<net::Server> server_;
 };
@@ -136,14 +140,14 @@ class Endpoint final : public PeerEndpoint {
 }  // namespace
 
 Result<std::unique_ptr<PeerEndpoint>> PeerEndpoint::start(const std::string& listen, const NodeTls& tls,
-                                                          const fs::path& incoming, size_t max_dump_bytes) {
+                                                          const fs::path& incoming, int64_t max_dump_bytes) {
   auto endpoint = std::make_unique<Endpoint>(incoming, max_dump_bytes);
   if (auto started = endpoint->start(listen, tls); !started) return started.error();
   return std::unique_ptr<PeerEndpoint>(std::move(endpoint));
 }
 
 Status send_dump(const HostPort& address, const std::string& target, const NodeTls& tls, const std::string& job,
-                 const std::string& archive, const std::string& digest) {
+                 const fs::path& archive, const std::string& digest) {
   net::ClientOptions options;
   options.url = "https://" + format_host_port(address);
   options.ca_file = tls.ca_file;
@@ -153,8 +157,8 @@ Status send_dump(const HostPort& address, const std::string& target, const NodeT
   options.timeout = kSendTimeout;
   auto client = net::Client::connect(options);
   if (!client) return client.error();
-  auto response = (*client)->request("PUT", kPathPrefix + job, archive,
-                                     {{"Content-Type", "application/octet-stream"}, {"Checkpoint-Digest", digest}});
+  auto response = (*client)->upload("PUT", kPathPrefix + job, archive.string(),
+                                    {{"Content-Type", "application/octet-stream"}, {"Checkpoint-Digest", digest}});
   if (!response) return response.error();
   if (response->status / 100 != 2) return net::error_from_response(response->status, response->body, "node " + target);
   return {};

@@ -16,20 +16,23 @@
 
 namespace cnlab::agent {
 
+// The largest dump archive a peer endpoint takes (and a source packs): a job's memory, stored.
+inline constexpr int64_t kMaxMigrationDumpBytes = int64_t{64} << 30;
+
 class PeerEndpoint {
  public:
   // Listens on `listen` ("HOST:PORT", port 0: the kernel picks) with `tls`, taking dumps of up to
-  // `max_dump_bytes` into `incoming`.
+  // `max_dump_bytes` into `incoming`, written there as they arrive (never held in memory).
   static Result<std::unique_ptr<PeerEndpoint>> start(const std::string& listen, const NodeTls& tls,
-                                                     const std::filesystem::path& incoming, size_t max_dump_bytes);
+                                                     const std::filesystem::path& incoming, int64_t max_dump_bytes);
   virtual ~PeerEndpoint() = default;
   virtual uint16_t port() const = 0;
 };
 
-// Sends the archive `archive` (digest `digest`) of job `job`'s dump to node `target`'s peer
-// endpoint at `address`; the endpoint must present `target`'s node certificate.
+// Sends the archive file `archive` (digest `digest`) of job `job`'s dump to node `target`'s peer
+// endpoint at `address`, read as it is sent; the endpoint must present `target`'s node certificate.
 Status send_dump(const HostPort& address, const std::string& target, const NodeTls& tls, const std::string& job,
-                 const std::string& archive, const std::string& digest);
+                 const std::filesystem::path& archive, const std::string& digest);
 
 // Moves the dump of `job` that node `from` sent with `digest` to `to` (which must not exist).
 // kNotFound when no such dump arrived (none, another sender or another digest).

@@ -182,13 +182,14 @@ void JobRunner::migrate_out(OutputReader* reader, const model::Migration& move) 
     gate = std::move(*opened);
     handed_over["pages_from"] = format_host_port({context_.page_server_address, gate->port()});
   }
-  auto packed = pack_checkpoint(dir_ / "process");
+  // Stored, not compressed: gzip would spend the pause compressing memory at a few dozen MB/s.
+  auto packed = pack_checkpoint(dir_ / "process", kMaxMigrationDumpBytes, 0);
   (void)safe_remove_tree((dir_ / "process").string());
   if (!packed) return abandon("its dump could not be packed: " + packed.error().message);
-  if (auto sent = send_dump(*target, move.to, tls, job_id_, packed->archive, packed->digest); !sent) {
+  if (auto sent = send_dump(*target, move.to, tls, job_id_, packed->archive(), packed->digest()); !sent) {
     return abandon("node " + move.to + " did not take its dump: " + sent.error().message);
   }
-  handed_over["dump_digest"] = packed->digest;
+  handed_over["dump_digest"] = packed->digest();
   Json body = {{"phase", "Running"}, {"migration_handed_over", handed_over}};
   Result<Json> told = Error::of(ErrorCode::kUnavailable, "", "", "not asked");
   for (int attempt = 0; attempt < 5 && !detached(); ++attempt) {
@@ -199,11 +200,11 @@ void JobRunner::migrate_out(OutputReader* reader, const model::Migration& move) 
   // Refused, and not because an earlier try whose answer was lost took effect: it runs on here. Not
   // answered at all: the outcome below decides (the server gives a migration whose hand-over never
   // arrived back to this node after --migration-timeout), so the job never runs twice.
-  if (!told && told.error().code != ErrorCode::kUnavailable && !handed_over_already(packed->digest)) {
+  if (!told && told.error().code != ErrorCode::kUnavailable && !handed_over_already(packed->digest())) {
     return abandon("the server did not take the hand-over: " + told.error().message);
   }
   spdlog::info("job frozen for migration job=\"{}\" to=\"{}\" digest=\"{}\" dump_ms={} bytes={} post_copy={}", job_id_,
-               move.to, packed->digest, taken->pause.count(), packed->archive.size(), lazy != nullptr);
+               move.to, packed->digest(), taken->pause.count(), packed->archive_bytes(), lazy != nullptr);
   // The outcome: the target runs it (the job is no longer ours to see), or it is given back.
   const auto deadline = std::chrono::steady_clock::now() + kMigrationOutcomeWait;
   while (!detached() && std::chrono::steady_clock::now() < deadline) {

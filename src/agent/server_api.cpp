@@ -36,9 +36,10 @@ Result<net::ClientResponse> ServerApi::raw(const std::string& method, const std:
   return (*c)->request(method, target, body, headers);
 }
 
-Result<Json> ServerApi::call(const std::string& method, const std::string& target, const std::string& body,
-                             const std::map<std::string, std::string>& headers) {
-  auto response = raw(method, target, body, headers);
+namespace {
+
+Result<Json> json_answer(const Result<net::ClientResponse>& response, const std::string& method,
+                         const std::string& target) {
   if (!response) return response.error();
   if (response->status < 200 || response->status > 299) {
     return net::error_from_response(response->status, response->body, method + " " + target);
@@ -49,6 +50,20 @@ Result<Json> ServerApi::call(const std::string& method, const std::string& targe
     return Error::of(ErrorCode::kInternal, "", "", method + " " + target + ": the answer is not JSON");
   }
   return parsed;
+}
+
+}  // namespace
+
+Result<Json> ServerApi::call(const std::string& method, const std::string& target, const std::string& body,
+                             const std::map<std::string, std::string>& headers) {
+  return json_answer(raw(method, target, body, headers), method, target);
+}
+
+Result<Json> ServerApi::upload(const std::string& method, const std::string& target, const std::string& body_path,
+                               const std::map<std::string, std::string>& headers) {
+  auto c = client();
+  if (!c) return c.error();
+  return json_answer((*c)->upload(method, target, body_path, headers), method, target);
 }
 
 Result<int> ServerApi::stream(const std::string& target, const std::function<bool(std::string_view)>& on_chunk) {

@@ -27,6 +27,9 @@ class ServerApi {
   // The raw answer (downloads, where the body is not JSON).
   Result<net::ClientResponse> raw(const std::string& method, const std::string& target, const std::string& body = "",
                                   const std::map<std::string, std::string>& headers = {});
+  // As call(), with the body read from the file `body_path` as it is sent (archives of many GiB).
+  Result<Json> upload(const std::string& method, const std::string& target, const std::string& body_path,
+                      const std::map<std::string, std::string>& headers = {});
   // A streamed GET (a watch); see net::Client::stream.
   Result<int> stream(const std::string& target, const std::function<bool(std::string_view)>& on_chunk);
   // Makes a call waiting in another thread return; this object is then unusable.

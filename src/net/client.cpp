@@ -8,16 +8,22 @@
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 #include <openssl/ssl.h>
 #include <openssl/x509_vfy.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <array>
 #include <cctype>
 #include <charconv>
+#include <cstring>
 #include <optional>
+#include <vector>
 
 #include "net/net.h"
 
@@ -192,29 +198,25 @@ class ClientImpl final : public Client {
       auto sent = send(message, attempt, retry);
       if (retry) continue;
       if (!sent) return sent.error();
-      http::response_parser<http::string_body> parser;
-      parser.body_limit(std::numeric_limits<std::uint64_t>::max());  // boost::none misbehaves in 1.74 (compared as a number)
-      error_code ec = in_stream([&](auto& stream, auto done) { http::async_read(stream, buffer_, parser, done); });
-      if (ec) {
-        bool nothing_back = !parser.got_some();
-        close();
-        if (nothing_back && reused_ && attempt == 0) continue;  // the server had closed the idle connection
-        return unavailable(method + " " + target + ": reading the response failed: " + ec.message());
-      }
-      auto& response = parser.get();
-      ClientResponse result;
-      result.status = static_cast<int>(response.result_int());
-      for (const auto& field : response) {
-        std::string name(field.name_string().data(), field.name_string().size());
-        for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-        auto value = field.value();
-        auto [it, inserted] = result.headers.try_emplace(std::move(name), value.data(), value.size());
-        if (!inserted) it->second.append(", ").append(value.data(), value.size());
-      }
-      result.body = std::move(response.body());
-      ++completed_;
-      if (!response.keep_alive()) close();
-      return result;
+      auto response = read_response(method, target, attempt, retry);
+      if (retry) continue;
+      return response;
+    }
+  }
+
+  Result<ClientResponse> upload(const std::string& method, const std::string& target, const std::string& body_path,
+                                const std::map<std::string, std::string>& headers) override {
+    if (interrupted_) return unavailable("the client was interrupted");
+    for (int attempt = 0;; ++attempt) {
+      bool retry = false;
+      auto sent = send_file(method, target, body_path, headers, attempt, retry);
+      if (retry) continue;
+      if (!sent && sent.error().code != ErrorCode::kUnavailable) return sent.error();
+      // A server may answer (and close) before it has read the whole body: its answer says why.
+      auto response = read_response(method, target, attempt, retry);
+      if (!sent && !response) return sent.error();
+      if (retry) continue;
+      return response;
     }
   }
 
@@ -315,6 +317,90 @@ class ClientImpl final : public Client {
     message.keep_alive(true);
     message.prepare_payload();
     return message;
+  }
+
+  // Reads the response to the request just sent. On a kept-alive connection that the server had
+  // closed before the request (nothing came back), sets `retry` on the first attempt.
+  Result<ClientResponse> read_response(const std::string& method, const std::string& target, int attempt,
+                                       bool& retry) {
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(std::numeric_limits<std::uint64_t>::max());  // boost::none misbehaves in 1.74 (compared as a number)
+    error_code ec = in_stream([&](auto& stream, auto done) { http::async_read(stream, buffer_, parser, done); });
+    if (ec) {
+      bool nothing_back = !parser.got_some();
+      close();
+      if (nothing_back && reused_ && attempt == 0) {
+        retry = true;
+        return unavailable("retrying");
+      }
+      return unavailable(method + " " + target + ": reading the response failed: " + ec.message());
+    }
+    auto& response = parser.get();
+    ClientResponse result;
+    result.status = static_cast<int>(response.result_int());
+    for (const auto& field : response) {
+      std::string name(field.name_string().data(), field.name_string().size());
+      for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      auto value = field.value();
+      auto [it, inserted] = result.headers.try_emplace(std::move(name), value.data(), value.size());
+      if (!inserted) it->second.append(", ").append(value.data(), value.size());
+    }
+    result.body = std::move(response.body());
+    ++completed_;
+    if (!response.keep_alive()) close();
+    return result;
+  }
+
+  // Writes a request whose body is the file at `path`: the head, then the file a chunk at a time
+  // (one buffer per write; see the server on Boost 1.74's TLS stream and several buffers).
+  Status send_file(const std::string& method, const std::string& target, const std::string& path,
+                   const std::map<std::string, std::string>& headers, int attempt, bool& retry) {
+    struct Fd {
+      int fd;
+      ~Fd() {
+        if (fd >= 0) ::close(fd);
+      }
+    } file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+    struct stat info {};
+    if (file.fd < 0 || ::fstat(file.fd, &info) != 0) {
+      return Error::invalid_argument("body_path", path, std::string("cannot read it: ") + std::strerror(errno));
+    }
+    http::request<http::empty_body> head;
+    head.version(11);
+    head.method_string(method);
+    head.target(url_.prefix + target);
+    head.set(http::field::host, url_.authority);
+    head.set(http::field::user_agent, "cnlab");
+    if (!options_.token.empty()) head.set(http::field::authorization, "Bearer " + options_.token);
+    for (const auto& [name, value] : headers) head.set(name, value);
+    head.content_length(static_cast<uint64_t>(info.st_size));
+    head.keep_alive(true);
+    reused_ = connected_ && completed_ > 0;
+    if (!connected_) {
+      if (auto status = open(); !status) return status;
+    }
+    http::request_serializer<http::empty_body> serializer(head);
+    error_code ec = in_stream([&](auto& stream, auto done) { http::async_write_header(stream, serializer, done); });
+    if (ec) {
+      close();
+      if (reused_ && attempt == 0) {
+        retry = true;
+        return Status::ok();
+      }
+      return unavailable(method + " " + target + ": sending the request failed: " + ec.message());
+    }
+    std::vector<char> chunk(size_t{1} << 20);
+    for (off_t left = info.st_size; left > 0;) {
+      ssize_t n = ::read(file.fd, chunk.data(), static_cast<size_t>(std::min<off_t>(left, chunk.size())));
+      if (n <= 0) {
+        close();
+        return Error::internal("cannot read " + path + ": " + (n < 0 ? std::strerror(errno) : "it got shorter"));
+      }
+      ec = in_stream([&](auto& stream, auto done) { asio::async_write(stream, asio::buffer(chunk.data(), n), done); });
+      if (ec) return unavailable(method + " " + target + ": sending the body failed: " + ec.message());
+      left -= n;
+    }
+    return Status::ok();
   }
 
   // Opens a connection when none is open and writes `message`. On a kept-alive connection that the

@@ -31,6 +31,10 @@ struct Request {
   std::multimap<std::string, std::string> query;  // decoded
   std::map<std::string, std::string> headers;     // names lower-cased
   std::string body;
+  // Where the route spools its body (ServerOptions::spool_dir_for): the file holding it, 0600, and
+  // `body` is empty. The server removes the file once the response is sent, unless the handler
+  // renamed it to keep it.
+  std::string body_file = "";
   std::string remote;  // "127.0.0.1:53422"
   // With mutual TLS (ServerOptions::client_ca_file): the DNS names of the client's verified
   // certificate; empty otherwise.
@@ -89,6 +93,11 @@ struct ServerOptions {
   std::function<size_t(const std::string& method, const std::string& path,
                        const std::map<std::string, std::string>& headers)>
       body_limit_for;
+  // When set and it names a directory for a request (from its method and path), that request's
+  // body is written to a new file there as it arrives (Request::body_file), never held in memory:
+  // for uploads of many GiB. The directory must exist, on the filesystem where the handler keeps
+  // what it takes (a rename, not a copy).
+  std::function<std::string(const std::string& method, const std::string& path)> spool_dir_for;
   size_t max_header_bytes = 16 << 10; // larger header blocks get 431/400
   size_t max_connections = 10000;
   size_t max_stream_backlog_bytes = 4 << 20;
@@ -149,6 +158,10 @@ class Client {
   virtual Result<ClientResponse> request(const std::string& method, const std::string& target,
                                          const std::string& body = "",
                                          const std::map<std::string, std::string>& headers = {}) = 0;
+  // As request(), with the body read from the file `body_path` as it is sent (never all in memory).
+  virtual Result<ClientResponse> upload(const std::string& method, const std::string& target,
+                                        const std::string& body_path,
+                                        const std::map<std::string, std::string>& headers = {}) = 0;
   // Sends a request and calls `on_chunk` with the body as it arrives (chunk boundaries as the
   // server sent them are not promised: callers split lines themselves) until the server ends the
   // response, `on_chunk` returns false, or the timeout passes with nothing received.

@@ -19,6 +19,7 @@
 #include <boost/beast/ssl.hpp>
 #include <openssl/ssl.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
@@ -374,6 +375,8 @@ class Session final : public SessionBase {
 
   ~Session() override {
     if (stream_impl_) stream_impl_->close_now();
+    file_parser_.reset();
+    drop_spool();
     std::lock_guard lock(shared_->mu);
     shared_->sessions.erase(id_);
     shared_->streams.erase(id_);
@@ -522,25 +525,27 @@ class Session final : public SessionBase {
   }
 
   // The header is in (and within its limit, and a declared length within the body limit); reads the
-  // body, first answering "Expect: 100-continue" as clients such as curl wait for it.
+  // body, into a spool file where the route asks for one, first answering "Expect: 100-continue"
+  // as clients such as curl wait for it.
   void on_header(error_code ec) {
     if (closed_) return;
     if (ec || parser_->is_done()) {
       on_read(ec);
       return;
     }
+    const auto& head = parser_->get();
+    const std::string method(head.method_string());
+    const std::string target(head.target().data(), head.target().size());
+    const std::string path = target.substr(0, target.find('?'));
     body_limit_ = shared_->options.max_body_bytes;
     if (shared_->options.body_limit_for) {
-      const auto& head = parser_->get();
       std::map<std::string, std::string> headers;
       for (const auto& field : head) {
         std::string name(field.name_string().data(), field.name_string().size());
         for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
         headers[name] = std::string(field.value().data(), field.value().size());
       }
-      std::string target(head.target().data(), head.target().size());
-      std::string path = target.substr(0, target.find('?'));
-      body_limit_ = std::min(body_limit_, shared_->options.body_limit_for(std::string(head.method_string()), path, headers));
+      body_limit_ = std::min(body_limit_, shared_->options.body_limit_for(method, path, headers));
       parser_->body_limit(body_limit_);
       auto length = parser_->content_length();
       if (length && *length > body_limit_) {
@@ -549,8 +554,14 @@ class Session final : public SessionBase {
         return;
       }
     }
-    auto expect = parser_->get()[http::field::expect];
-    if (beast::iequals(expect, "100-continue")) {
+    const bool expects_continue = beast::iequals(head[http::field::expect], "100-continue");
+    if (shared_->options.spool_dir_for) {
+      if (std::string dir = shared_->options.spool_dir_for(method, path); !dir.empty() && !start_spool(dir)) {
+        respond_error(500, "internal", "the server cannot store the request body");
+        return;
+      }
+    }
+    if (expects_continue) {
       static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
       asio::async_write(stream_, asio::buffer(kContinue.data(), kContinue.size()),
                         [self = self()](error_code write_ec, size_t) {
@@ -566,13 +577,50 @@ class Session final : public SessionBase {
     read_body();
   }
 
+  // From here the body goes to a new file in `dir` (0600) as it arrives, not to memory.
+  bool start_spool(const std::string& dir) {
+    static std::atomic<uint64_t> spooled{0};
+    spool_path_ = dir + "/.request-" + std::to_string(::getpid()) + "-" + std::to_string(id_) + "-" +
+                  std::to_string(spooled.fetch_add(1));
+    file_parser_.emplace(std::move(*parser_));
+    parser_.reset();
+    file_parser_->body_limit(body_limit_);
+    error_code ec;
+    file_parser_->get().body().open(spool_path_.c_str(), beast::file_mode::write_new, ec);
+    if (!ec && ::fchmod(file_parser_->get().body().file().native_handle(), 0600) != 0) {
+      ec = error_code(errno, boost::system::system_category());
+    }
+    if (ec) {
+      spdlog::error("request body not spooled path=\"{}\" error=\"{}\"", spool_path_, ec.message());
+      file_parser_.reset();
+      drop_spool();
+      return false;
+    }
+    return true;
+  }
+
+  // Removes the spool file unless the handler moved it away.
+  void drop_spool() {
+    if (spool_path_.empty()) return;
+    ::unlink(spool_path_.c_str());
+    spool_path_.clear();
+    req_.body_file.clear();
+  }
+
   void read_body() {
-    http::async_read(stream_, buffer_, *parser_, [self = self()](error_code ec, size_t) { self->on_read(ec); });
+    auto done = [self = self()](error_code ec, size_t) { self->on_read(ec); };
+    if (file_parser_) {
+      http::async_read(stream_, buffer_, *file_parser_, std::move(done));
+    } else {
+      http::async_read(stream_, buffer_, *parser_, std::move(done));
+    }
   }
 
   void on_read(error_code ec) {
     if (closed_) return;
     if (ec) {
+      file_parser_.reset();
+      drop_spool();
       if (ec.category() != http::make_error_code(http::error::end_of_stream).category() ||
           ec == http::error::end_of_stream || ec == http::error::partial_message ||
           ec == http::error::short_read) {
@@ -588,7 +636,24 @@ class Session final : public SessionBase {
       }
       return;
     }
-    auto& message = parser_->get();
+    if (file_parser_) {
+      auto& message = file_parser_->get();
+      take_head(message);
+      message.body().close();
+      req_.body.clear();
+      req_.body_file = spool_path_;
+      file_parser_.reset();
+    } else {
+      auto& message = parser_->get();
+      take_head(message);
+      req_.body = std::move(message.body());
+      parser_.reset();
+    }
+    if (!shared_->pool.post(Task{self(), false})) hard_close();
+  }
+
+  template <typename Message>
+  void take_head(const Message& message) {
     req_.method.assign(message.method_string().data(), message.method_string().size());
     req_.target.assign(message.target().data(), message.target().size());
     detail::decode_target(req_);
@@ -602,16 +667,14 @@ class Session final : public SessionBase {
       auto [it, inserted] = req_.headers.try_emplace(std::move(name), value.data(), value.size());
       if (!inserted) it->second.append(", ").append(value.data(), value.size());
     }
-    req_.body = std::move(message.body());
     keep_alive_ = message.keep_alive();
     http10_ = message.version() < 11;
     head_ = message.method() == http::verb::head;
-    parser_.reset();
-    if (!shared_->pool.post(Task{self(), false})) hard_close();
   }
 
   void on_response() {
     req_.body = std::string();  // an upload is not kept while the connection idles
+    drop_spool();
     if (closed_) return;
     if (response_.start_stream) {
       begin_stream();
@@ -718,6 +781,8 @@ class Session final : public SessionBase {
   const bool overflow_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
+  std::optional<http::request_parser<http::file_body>> file_parser_;  // a spooled body, once its header is in
+  std::string spool_path_;  // the spool file of the request being read or handled
   Request req_;
   Response response_;
   bool keep_alive_ = false;

@@ -42,9 +42,22 @@ class PeerEndpointTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
+  // Sends `archive` (its bytes) as the source does: from a file.
   Status send(const NodeTls& from, const std::string& job, const std::string& archive, const std::string& digest,
               const std::string& target = "node-b") {
-    return send_dump({"127.0.0.1", endpoint_->port()}, target, from, job, archive, digest);
+    const fs::path file = dir_ / "sent.archive";
+    std::ofstream(file, std::ios::binary | std::ios::trunc) << archive;
+    return send_dump({"127.0.0.1", endpoint_->port()}, target, from, job, file, digest);
+  }
+
+  // What the endpoint left in its directory besides the dumps it keeps (spooled bodies, archives).
+  std::vector<std::string> leftovers() {
+    std::vector<std::string> found;
+    for (const auto& entry : fs::directory_iterator(dir_ / "incoming")) {
+      const std::string name = entry.path().filename().string();
+      if (name.starts_with(".request-") || entry.path().extension() == ".archive") found.push_back(name);
+    }
+    return found;
   }
 
   fs::path dir_;
@@ -71,6 +84,7 @@ TEST_F(PeerEndpointTest, ADumpSentByTheSourceIsTakenWithItsSenderAndDigest) {
   std::ifstream pages(dir_ / "restored" / "images" / "pages-1.img");
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(pages), std::istreambuf_iterator<char>()), "memory pages");
   EXPECT_FALSE(take_incoming_dump(dir_ / "incoming", "job-1", "node-a", digest_, dir_ / "again")) << "taken once";
+  EXPECT_THAT(leftovers(), ::testing::IsEmpty());
 }
 
 TEST_F(PeerEndpointTest, AStrangerOrAWrongTargetGetsNoDumpThrough) {
@@ -96,7 +110,9 @@ TEST_F(PeerEndpointTest, ADumpThatDoesNotMatchItsDigestOrAHostileJobNameIsRefuse
   EXPECT_EQ(climbing.error().code, ErrorCode::kInvalidArgument) << climbing.error().to_string();
   auto too_big = send(node_a_, "job-2", std::string(2 << 20, 'x'), digest_);
   ASSERT_FALSE(too_big);
+  EXPECT_EQ(too_big.error().code, ErrorCode::kTooLarge) << too_big.error().to_string();
   EXPECT_FALSE(fs::exists(dir_ / "incoming" / "job-2.json"));
+  EXPECT_THAT(leftovers(), ::testing::IsEmpty()) << "a refused dump leaves nothing behind";
 }
 
 }  // namespace

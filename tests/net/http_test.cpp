@@ -500,6 +500,154 @@ TEST(Server, OversizedBodyGets413BeforeTheHandlerRuns) {
   EXPECT_EQ(calls.load(), 1);
 }
 
+// What a spooling route's handler saw.
+struct SpoolProbe {
+  std::mutex mu;
+  std::string body_in_memory, body_file, content;
+  std::filesystem::perms perms{};
+  int calls = 0;
+
+  Response handle(const Request& request) {
+    std::lock_guard lock(mu);
+    ++calls;
+    body_in_memory = request.body;
+    body_file = request.body_file;
+    if (!body_file.empty()) {
+      std::ifstream in(body_file, std::ios::binary);
+      content.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      perms = std::filesystem::status(body_file).permissions();
+    }
+    return text("ok");
+  }
+};
+
+std::string random_bytes(size_t size) {
+  std::mt19937_64 random(size);
+  std::string out(size, '\0');
+  for (char& c : out) c = static_cast<char>(random());
+  return out;
+}
+
+bool empty_dir(const std::string& dir) { return std::filesystem::is_empty(dir); }
+
+TEST(Server, ASpooledRouteGetsItsBodyAsAFileRemovedOnceAnswered) {
+  Pki pki;
+  TempDir spool;
+  SpoolProbe probe;
+  ServerOptions options;
+  options.max_body_bytes = 64 << 20;
+  options.spool_dir_for = [&](const std::string& method, const std::string& path) {
+    return method == "PUT" && path == "/big" ? spool.file("") : std::string();
+  };
+  auto server = start_tls(pki, [&](const Request& request) { return probe.handle(request); }, options);
+  ASSERT_TRUE(server);
+  auto client = connect(*server, &pki);
+  ASSERT_TRUE(client);
+  TempDir source;
+  const std::string body = random_bytes(9 << 20);  // several chunks, TLS records and reads
+  std::ofstream(source.file("body"), std::ios::binary) << body;
+
+  auto response = client->upload("PUT", "/big", source.file("body"), {{"Content-Type", "application/octet-stream"}});
+  ASSERT_TRUE(response) << response.error().to_string();
+  EXPECT_EQ(response->status, 200);
+  {
+    std::lock_guard lock(probe.mu);
+    EXPECT_TRUE(probe.body_in_memory.empty());
+    ASSERT_FALSE(probe.body_file.empty());
+    EXPECT_EQ(std::filesystem::path(probe.body_file).parent_path(), std::filesystem::path(spool.file("")).parent_path());
+    EXPECT_TRUE(probe.content == body) << "the spooled body differs from what was sent";
+    EXPECT_EQ(probe.perms & std::filesystem::perms::all,
+              std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  }
+  EXPECT_TRUE(wait_until([&] { return empty_dir(spool.file("")); })) << "the spool file stayed";
+
+  // Other routes keep their body in memory; the same connection goes on serving.
+  auto small = client->request("POST", "/small", "hello");
+  ASSERT_TRUE(small) << small.error().to_string();
+  std::lock_guard lock(probe.mu);
+  EXPECT_EQ(probe.body_in_memory, "hello");
+  EXPECT_TRUE(probe.body_file.empty());
+  EXPECT_EQ(probe.calls, 2);
+}
+
+TEST(Server, AHandlerKeepsASpooledBodyByMovingIt) {
+  TempDir spool, kept;
+  ServerOptions options;
+  options.spool_dir_for = [&](const std::string&, const std::string&) { return spool.file(""); };
+  auto server = start_plain([&](const Request& request) {
+    std::filesystem::rename(request.body_file, kept.file("mine"));
+    return text("kept");
+  }, options);
+  ASSERT_TRUE(server);
+  auto client = connect(*server, nullptr);
+  ASSERT_TRUE(client);
+  auto response = client->request("PUT", "/keep", "the body");
+  ASSERT_TRUE(response) << response.error().to_string();
+  EXPECT_EQ(response->status, 200);
+  std::ifstream in(kept.file("mine"));
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()), "the body");
+  EXPECT_TRUE(empty_dir(spool.file("")));
+}
+
+TEST(Server, ASpooledBodyOverTheLimitGets413AndLeavesNoFile) {
+  TempDir spool;
+  std::atomic<int> calls{0};
+  ServerOptions options;
+  options.max_body_bytes = 1 << 20;
+  options.spool_dir_for = [&](const std::string&, const std::string&) { return spool.file(""); };
+  auto server = start_plain([&](const Request&) {
+    ++calls;
+    return text("ok");
+  }, options);
+  ASSERT_TRUE(server);
+  RawSocket raw(server->port());
+  ASSERT_TRUE(raw.connected());
+  // Chunked: no length is declared, so the limit is found while the body is being spooled.
+  ASSERT_TRUE(raw.send("PUT /big HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"));
+  const std::string chunk(256 << 10, 'x');
+  for (int i = 0; i < 8; ++i) {
+    char size[16];
+    std::snprintf(size, sizeof(size), "%zx\r\n", chunk.size());
+    if (!raw.send(std::string(size) + chunk + "\r\n")) break;  // the server may stop reading
+  }
+  EXPECT_THAT(raw.read_until("too_large"), StartsWith("HTTP/1.1 413"));
+  EXPECT_EQ(calls.load(), 0);
+  EXPECT_TRUE(wait_until([&] { return empty_dir(spool.file("")); })) << "the partial spool file stayed";
+}
+
+TEST(Server, AClientGoneMidBodyLeavesNoSpoolFile) {
+  TempDir spool;
+  std::atomic<int> calls{0};
+  ServerOptions options;
+  options.max_body_bytes = 64 << 20;
+  options.spool_dir_for = [&](const std::string&, const std::string&) { return spool.file(""); };
+  auto server = start_plain([&](const Request&) {
+    ++calls;
+    return text("ok");
+  }, options);
+  ASSERT_TRUE(server);
+  {
+    RawSocket raw(server->port());
+    ASSERT_TRUE(raw.connected());
+    ASSERT_TRUE(raw.send("PUT /big HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\n\r\n"));
+    ASSERT_TRUE(raw.send(std::string(1 << 20, 'x')));
+    EXPECT_TRUE(wait_until([&] { return !empty_dir(spool.file("")); })) << "nothing was spooled";
+  }  // closed with most of the body unsent
+  EXPECT_TRUE(wait_until([&] { return empty_dir(spool.file("")); })) << "the partial spool file stayed";
+  EXPECT_EQ(calls.load(), 0);
+}
+
+TEST(Client, AnUploadOfAFileThatCannotBeReadNamesIt) {
+  auto server = start_plain([](const Request&) { return text("ok"); });
+  ASSERT_TRUE(server);
+  auto client = connect(*server, nullptr);
+  ASSERT_TRUE(client);
+  auto response = client->upload("PUT", "/x", "/nonexistent/cnlab-body");
+  ASSERT_FALSE(response);
+  EXPECT_EQ(response.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_THAT(response.error().to_string(), HasSubstr("/nonexistent/cnlab-body"));
+}
+
 TEST(Server, OversizedHeaderIsRefused) {
   Pki pki;
   std::atomic<int> calls{0};

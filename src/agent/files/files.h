@@ -4,6 +4,7 @@
 
 #include "agent/files/artifacts.h"
 #include "agent/files/digest.h"
+#include "agent/files/disk_space.h"
 #include "agent/files/ignore_rules.h"
 #include "agent/files/remove_tree.h"
 #include "agent/files/unique_fd.h"

@@ -178,7 +178,8 @@ struct EntryDeleter {
 };
 
 Status write_archive(int root_fd, const std::string& dir, const std::vector<Entry>& entries, Sink& sink,
-                     const std::string& output) {
+                     const std::string& output, int compression_level) {
+  const std::string level = std::to_string(compression_level);
   std::unique_ptr<struct archive, ArchiveDeleter> a(archive_write_new());
   if (!a) return Error::internal("libarchive: out of memory");
   auto failed = [&](const std::string& what) {
@@ -189,6 +190,7 @@ Status write_archive(int root_fd, const std::string& dir, const std::vector<Entr
   // otherwise change the digest of an unchanged directory.
   if (archive_write_add_filter_gzip(a.get()) != ARCHIVE_OK ||
       archive_write_set_filter_option(a.get(), "gzip", "timestamp", nullptr) != ARCHIVE_OK ||
+      archive_write_set_filter_option(a.get(), "gzip", "compression-level", level.c_str()) != ARCHIVE_OK ||
       archive_write_set_format_pax_restricted(a.get()) != ARCHIVE_OK ||
       archive_write_set_format_option(a.get(), nullptr, "hdrcharset", "BINARY") != ARCHIVE_OK) {
     return failed("set up");
@@ -249,6 +251,9 @@ Status write_archive(int root_fd, const std::string& dir, const std::vector<Entr
 
 Result<PackResult> pack_workspace(const std::string& dir, const PackOptions& options) {
   if (options.output_path.empty()) return Error::invalid_argument("output_path", "", "required: where to write the archive");
+  if (options.compression_level < 0 || options.compression_level > 9) {
+    return Error::invalid_argument("compression_level", std::to_string(options.compression_level), "0 to 9 (gzip's levels)");
+  }
   UniqueFd root = detail::open_directory_at(AT_FDCWD, dir.c_str());
   if (!root.ok()) {
     int error = errno;
@@ -295,7 +300,8 @@ Result<PackResult> pack_workspace(const std::string& dir, const PackOptions& opt
 
   Sink sink;
   sink.fd = output.get();
-  if (auto written = write_archive(root.get(), dir, w.entries, sink, options.output_path); !written) {
+  if (auto written = write_archive(root.get(), dir, w.entries, sink, options.output_path, options.compression_level);
+      !written) {
     return fail(written.error());
   }
   if (::close(output.release()) != 0) {

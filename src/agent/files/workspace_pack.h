@@ -20,6 +20,10 @@ struct PackOptions {
   // Whether `.git` and what ignore files name are left out (a workspace); false packs every file,
   // link and directory there is (a job's checkpoint directory).
   bool workspace_rules = true;
+  // gzip's level, 0 to 9: 6 makes the smallest archive worth its time for an upload kept on the
+  // server; a process dump sent at once takes 0 (stored blocks: the pause is not spent compressing
+  // its memory at a few dozen MB/s).
+  int compression_level = 6;
 };
 
 struct PackResult {

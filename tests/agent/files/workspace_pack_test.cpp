@@ -275,6 +275,37 @@ TEST_F(PackTest, OverTheArchiveLimitIsRefused) {
   EXPECT_FALSE(exists_no_follow(out_ / "ws.tar.gz"));
 }
 
+TEST_F(PackTest, LevelZeroStoresTheBytesAndStillUnpacks) {
+  // Memory-like content: compressible, so level 6 shrinks it and level 0 (stored) does not.
+  std::string pages;
+  for (int i = 0; i < 1 << 18; ++i) pages += static_cast<char>(i % 7 == 0 ? i & 0xff : 0);
+  write_file(tmp_ / "pages-1.img", pages);
+  PackOptions stored_options;
+  stored_options.compression_level = 0;
+  auto stored = pack(tmp_.path(), "stored.tar.gz", stored_options);
+  auto compressed = pack(tmp_.path(), "compressed.tar.gz");
+  ASSERT_TRUE(stored) << stored.error().to_string();
+  ASSERT_TRUE(compressed) << compressed.error().to_string();
+  EXPECT_GT(stored->archive_bytes, static_cast<int64_t>(pages.size()));
+  EXPECT_LT(compressed->archive_bytes, static_cast<int64_t>(pages.size()) / 4);
+  EXPECT_NE(stored->digest, compressed->digest);
+  std::string dest = out_ / "unpacked";
+  auto unpacked = unpack_workspace(stored->archive_path, stored->digest, dest);
+  ASSERT_TRUE(unpacked) << unpacked.error().to_string();
+  EXPECT_TRUE(read_file(dest + "/pages-1.img") == pages);
+}
+
+TEST_F(PackTest, ACompressionLevelOutsideGzipsIsRefused) {
+  make_project(tmp_.path());
+  PackOptions options;
+  options.compression_level = 10;
+  auto packed = pack(tmp_.path(), "ws.tar.gz", options);
+  ASSERT_FALSE(packed);
+  EXPECT_EQ(packed.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(packed.error().field, "compression_level");
+  EXPECT_EQ(packed.error().value, "10");
+}
+
 TEST_F(PackTest, MissingDirectoryIsAnInvalidArgument) {
   auto packed = pack(tmp_ / "nope");
   ASSERT_FALSE(packed);
