@@ -686,20 +686,15 @@ std::string JobRunner::upload_checkpoint(const fs::path& source, const std::stri
 
 Status JobRunner::download_checkpoint(const model::CheckpointRef& ref, const fs::path& checkpoint) {
   std::string target = "/v1/jobs/" + job_id_ + "/checkpoint?digest=" + ref.digest.substr(model::kDigestPrefix.size());
+  const fs::path archive = dir_ / "checkpoint.download";  // written as it arrives, never held in memory
   Result<net::ClientResponse> response = Error::of(ErrorCode::kUnavailable, "", "", "not asked");
   for (int attempt = 0; attempt < 3 && !detached(); ++attempt) {
-    response = api_.raw("GET", target);
+    response = api_.download(target, archive.string());
     if (response || response.error().code != ErrorCode::kUnavailable) break;
     pause(std::chrono::milliseconds(200 << attempt));
   }
   if (!response) return response.error();
   if (response->status != 200) return net::error_from_response(response->status, response->body, "GET checkpoint");
-  fs::path archive = dir_ / "checkpoint.download";
-  {
-    std::ofstream out(archive, std::ios::binary | std::ios::trunc);
-    out.write(response->body.data(), static_cast<std::streamsize>(response->body.size()));
-    if (!out) return Error::internal("cannot write " + archive.string());
-  }
   UnpackLimits limits;
   limits.max_content_bytes = free_disk_bytes(dir_);  // a process checkpoint is as big as the job's memory
   auto unpacked = unpack_workspace(archive.string(), ref.digest, checkpoint.string(), limits);

@@ -66,6 +66,12 @@ Result<Json> ServerApi::upload(const std::string& method, const std::string& tar
   return json_answer((*c)->upload(method, target, body_path, headers), method, target);
 }
 
+Result<net::ClientResponse> ServerApi::download(const std::string& target, const std::string& to_path) {
+  auto c = client();
+  if (!c) return c.error();
+  return (*c)->download(target, to_path);
+}
+
 Result<int> ServerApi::stream(const std::string& target, const std::function<bool(std::string_view)>& on_chunk) {
   auto c = client();
   if (!c) return c.error();

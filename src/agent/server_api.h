@@ -30,6 +30,8 @@ class ServerApi {
   // As call(), with the body read from the file `body_path` as it is sent (archives of many GiB).
   Result<Json> upload(const std::string& method, const std::string& target, const std::string& body_path,
                       const std::map<std::string, std::string>& headers = {});
+  // A GET whose 2xx body goes to the file `to_path`; see net::Client::download.
+  Result<net::ClientResponse> download(const std::string& target, const std::string& to_path);
   // A streamed GET (a watch); see net::Client::stream.
   Result<int> stream(const std::string& target, const std::function<bool(std::string_view)>& on_chunk);
   // Makes a call waiting in another thread return; this object is then unusable.

@@ -220,6 +220,76 @@ class ClientImpl final : public Client {
     }
   }
 
+  Result<ClientResponse> download(const std::string& target, const std::string& to_path) override {
+    if (interrupted_) return unavailable("the client was interrupted");
+    auto message = make_request("GET", target, "", {});
+    for (int attempt = 0;; ++attempt) {
+      bool retry = false;
+      auto sent = send(message, attempt, retry);
+      if (retry) continue;
+      if (!sent) return sent.error();
+      http::response_parser<http::buffer_body> parser;
+      parser.body_limit(std::numeric_limits<std::uint64_t>::max());  // boost::none misbehaves in 1.74 (compared as a number)
+      error_code ec =
+          in_stream([&](auto& stream, auto done) { http::async_read_header(stream, buffer_, parser, done); });
+      if (ec) {
+        bool nothing_back = !parser.got_some();
+        close();
+        if (nothing_back && reused_ && attempt == 0) continue;
+        return unavailable("GET " + target + ": reading the response failed: " + ec.message());
+      }
+      ClientResponse result;
+      result.status = static_cast<int>(parser.get().result_int());
+      for (const auto& field : parser.get()) {
+        std::string name(field.name_string().data(), field.name_string().size());
+        for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        result.headers[name] = std::string(field.value().data(), field.value().size());
+      }
+      const bool to_file = result.status / 100 == 2;
+      int fd = -1;
+      if (to_file) {
+        fd = ::open(to_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (fd < 0) {
+          close();
+          return Error::invalid_argument("to_path", to_path, std::string("cannot write it: ") + std::strerror(errno));
+        }
+      }
+      auto failed = [&](Error error) -> Result<ClientResponse> {
+        close();
+        if (fd >= 0) {
+          ::close(fd);
+          ::unlink(to_path.c_str());
+        }
+        return error;
+      };
+      while (!parser.is_done()) {
+        parser.get().body().data = chunk_.data();
+        parser.get().body().size = chunk_.size();
+        ec = in_stream([&](auto& stream, auto done) { http::async_read_some(stream, buffer_, parser, done); });
+        if (ec == http::error::need_buffer) ec = {};
+        if (ec) return failed(unavailable("GET " + target + ": the body broke off: " + ec.message()));
+        if (interrupted_) return failed(unavailable("the client was interrupted"));
+        const size_t received = chunk_.size() - parser.get().body().size;
+        if (!to_file) {
+          result.body.append(chunk_.data(), received);
+          continue;
+        }
+        for (size_t written = 0; written < received;) {
+          ssize_t n = ::write(fd, chunk_.data() + written, received - written);
+          if (n <= 0) return failed(Error::internal("cannot write " + to_path + ": " + std::strerror(errno)));
+          written += static_cast<size_t>(n);
+        }
+      }
+      if (fd >= 0 && ::close(std::exchange(fd, -1)) != 0) {
+        ::unlink(to_path.c_str());
+        return failed(Error::internal("cannot write " + to_path + ": " + std::strerror(errno)));
+      }
+      ++completed_;
+      if (!parser.get().keep_alive()) close();
+      return result;
+    }
+  }
+
   void interrupt() override {
     interrupted_.store(true);
     // Runs on the thread inside ioc_.run() (or at the start of the next run): cancels what waits.

@@ -69,6 +69,9 @@ struct Response {
   std::string content_type = "application/json";
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;
+  // When set, the body is this file's content (`body` is ignored), read as it is sent: for
+  // downloads of many GiB. A file that cannot be read gives a 500.
+  std::string body_file = "";
   // When set, the body is ignored: the status and headers are sent, then `start_stream` is called
   // with the open stream (on a worker thread) and the response is chunked.
   std::function<void(std::shared_ptr<Stream>)> start_stream;
@@ -162,6 +165,10 @@ class Client {
   virtual Result<ClientResponse> upload(const std::string& method, const std::string& target,
                                         const std::string& body_path,
                                         const std::map<std::string, std::string>& headers = {}) = 0;
+  // A GET whose 2xx body is written to the file `to_path` (created 0600 or truncated) as it arrives,
+  // never all in memory; the answer's `body` is then empty. Any other status keeps its body in
+  // memory (an error) and leaves no file.
+  virtual Result<ClientResponse> download(const std::string& target, const std::string& to_path) = 0;
   // Sends a request and calls `on_chunk` with the body as it arrives (chunk boundaries as the
   // server sent them are not promised: callers split lines themselves) until the server ends the
   // response, `on_chunk` returns false, or the timeout passes with nothing received.

@@ -19,6 +19,7 @@
 #include <boost/beast/ssl.hpp>
 #include <openssl/ssl.h>
 #include <spdlog/spdlog.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -33,6 +34,7 @@
 #include <optional>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "net/http_util.h"
 #include "net/net.h"
@@ -377,6 +379,7 @@ class Session final : public SessionBase {
     if (stream_impl_) stream_impl_->close_now();
     file_parser_.reset();
     drop_spool();
+    close_body_file();
     std::lock_guard lock(shared_->mu);
     shared_->sessions.erase(id_);
     shared_->streams.erase(id_);
@@ -681,7 +684,75 @@ class Session final : public SessionBase {
       return;
     }
     bool close = !keep_alive_ || shared_->stopping_flag.load(std::memory_order_relaxed);
+    if (!response_.body_file.empty()) {
+      write_file_response(close);
+      return;
+    }
     write_response(close, /*linger=*/close);
+  }
+
+  // A body from a file: the head, then the file a piece at a time, one buffer per write.
+  void write_file_response(bool close) {
+    int fd = ::open(response_.body_file.c_str(), O_RDONLY | O_CLOEXEC);
+    struct stat info {};
+    if (fd < 0 || ::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+      spdlog::error("response body file unreadable path=\"{}\" file=\"{}\" error=\"{}\"", req_.path,
+                    response_.body_file, std::strerror(errno));
+      if (fd >= 0) ::close(fd);
+      response_ = error_response(500, "internal", "the server cannot read the response's body");
+      write_response(close, /*linger=*/close);
+      return;
+    }
+    body_fd_ = fd;
+    body_left_ = head_ ? 0 : static_cast<size_t>(info.st_size);
+    const int status = response_.status >= 200 && response_.status <= 999 ? response_.status : 500;
+    format_head(out_, response_, status, static_cast<size_t>(info.st_size), /*chunked=*/false, close,
+                /*announce_keep_alive=*/http10_);
+    lowest().expires_after(shared_->options.idle_timeout);
+    asio::async_write(stream_, asio::buffer(out_), [self = self(), close](error_code ec, size_t) {
+      if (self->closed_) return;
+      if (ec) {
+        self->hard_close();
+        return;
+      }
+      self->write_file_piece(close);
+    });
+  }
+
+  void write_file_piece(bool close) {
+    if (body_left_ == 0) {
+      close_body_file();
+      if (close) {
+        linger();
+      } else {
+        do_read();
+      }
+      return;
+    }
+    if (piece_.empty()) piece_.resize(size_t{1} << 20);
+    ssize_t n = ::read(body_fd_, piece_.data(), std::min(piece_.size(), body_left_));
+    if (n <= 0) {
+      spdlog::error("response body file ended early file=\"{}\"", response_.body_file);
+      hard_close();  // the length is promised: the client sees a short body, never a wrong one
+      return;
+    }
+    body_left_ -= static_cast<size_t>(n);
+    lowest().expires_after(shared_->options.idle_timeout);
+    asio::async_write(stream_, asio::buffer(piece_.data(), static_cast<size_t>(n)),
+                      [self = self(), close](error_code ec, size_t) {
+                        if (self->closed_) return;
+                        if (ec) {
+                          self->hard_close();
+                          return;
+                        }
+                        self->write_file_piece(close);
+                      });
+  }
+
+  void close_body_file() {
+    if (body_fd_ >= 0) ::close(body_fd_);
+    body_fd_ = -1;
+    response_.body_file.clear();
   }
 
   void respond_error(int status, std::string_view code, const std::string& message) {
@@ -783,6 +854,9 @@ class Session final : public SessionBase {
   std::optional<http::request_parser<http::string_body>> parser_;
   std::optional<http::request_parser<http::file_body>> file_parser_;  // a spooled body, once its header is in
   std::string spool_path_;  // the spool file of the request being read or handled
+  int body_fd_ = -1;        // the file a response's body is being sent from
+  size_t body_left_ = 0;    // of it
+  std::vector<char> piece_;  // the piece of it being written
   Request req_;
   Response response_;
   bool keep_alive_ = false;

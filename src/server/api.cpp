@@ -3,8 +3,11 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <filesystem>
+#include <limits>
 
 #include "server/api_error.h"
+#include "server/blob_files.h"
 
 namespace cnlab::server {
 
@@ -17,15 +20,15 @@ Api::Api(ApiContext context) : ctx_(std::move(context)) {
   route("PUT", "/v1/jobs/{id}/status", &Api::report_job_status);
   route("GET", "/v1/jobs/{id}/logs", &Api::get_logs);
   route("POST", "/v1/jobs/{id}/logs", &Api::post_logs);
-  route("PUT", "/v1/jobs/{id}/artifacts/{path...}", &Api::put_artifact, /*public_route=*/false, /*upload=*/true);
+  route("PUT", "/v1/jobs/{id}/artifacts/{path...}", &Api::put_artifact, /*public_route=*/false, Body::kUpload);
   route("GET", "/v1/jobs/{id}/artifacts", &Api::list_artifacts);
   route("GET", "/v1/jobs/{id}/artifacts/{path...}", &Api::get_artifact);
-  route("PUT", "/v1/jobs/{id}/checkpoint", &Api::put_checkpoint, /*public_route=*/false, /*upload=*/true);
+  route("PUT", "/v1/jobs/{id}/checkpoint", &Api::put_checkpoint, /*public_route=*/false, Body::kCheckpoint);
   route("GET", "/v1/jobs/{id}/checkpoint", &Api::get_checkpoint);
   route("POST", "/v1/jobs/{id}/checkpoint", &Api::request_checkpoint);
   route("POST", "/v1/jobs/{id}/migrate", &Api::migrate_job);
 
-  route("PUT", "/v1/workspaces/{digest}", &Api::put_workspace, /*public_route=*/false, /*upload=*/true);
+  route("PUT", "/v1/workspaces/{digest}", &Api::put_workspace, /*public_route=*/false, Body::kUpload);
   route("HEAD", "/v1/workspaces/{digest}", &Api::head_workspace);
   route("GET", "/v1/workspaces/{digest}", &Api::get_workspace);
 
@@ -62,16 +65,48 @@ Api::Api(ApiContext context) : ctx_(std::move(context)) {
 }
 
 void Api::route(const std::string& method, const std::string& pattern, Handler handler, bool public_route,
-                bool upload) {
+                Body body) {
   router_.add(method, pattern);
-  handlers_.push_back({handler, public_route, upload});
+  handlers_.push_back({handler, public_route, body});
+}
+
+size_t Api::limit_of(Body body) const {
+  switch (body) {
+    case Body::kUpload:
+      return ctx_.config.max_upload_bytes;
+    case Body::kCheckpoint:
+      return ctx_.config.max_checkpoint_bytes;
+    case Body::kJson:
+      break;
+  }
+  return ctx_.config.max_body_bytes;
 }
 
 size_t Api::body_limit(const std::string& method, const std::string& path,
                        const std::map<std::string, std::string>& headers) const {
   Match match = router_.match(method, path);
-  bool upload = match.route && handlers_[match.route->index].upload && headers.count("authorization");
-  return upload ? std::max(ctx_.config.max_upload_bytes, ctx_.config.max_body_bytes) : ctx_.config.max_body_bytes;
+  // Only a caller that sent a credential may send more than a JSON body.
+  if (!match.route || !headers.count("authorization")) return ctx_.config.max_body_bytes;
+  const Body body = handlers_[match.route->index].body;
+  size_t limit = std::max(limit_of(body), ctx_.config.max_body_bytes);
+  if (body == Body::kCheckpoint) {
+    // A checkpoint too big for the disk is refused before any of it is sent.
+    std::error_code ec;
+    auto space = std::filesystem::space(ctx_.dir.checkpoints(), ec);
+    if (!ec) limit = std::min<uintmax_t>(limit, space.available);
+  }
+  return limit;
+}
+
+std::string Api::spool_dir(const std::string& method, const std::string& path) const {
+  Match match = router_.match(method, path);
+  if (!match.route || handlers_[match.route->index].body != Body::kCheckpoint) return "";
+  auto dir = blob_incoming_dir(ctx_.dir.checkpoints());
+  if (!dir) {
+    spdlog::error("checkpoint spool directory unavailable error=\"{}\"", dir.error().to_string());
+    return "";  // held in memory instead, up to the same limit
+  }
+  return *dir;
 }
 
 net::Response Api::handle(const net::Request& request) {
@@ -97,11 +132,14 @@ net::Response Api::handle(const net::Request& request) {
       route_label = match.route->method + " " + match.route->pattern;
       const Entry& entry = handlers_[match.route->index];
       // The HTTP layer admits bodies up to the upload limit; everything else is JSON, held to less.
-      size_t body_limit = entry.upload ? ctx_.config.max_upload_bytes : ctx_.config.max_body_bytes;
+      // A checkpoint's handler says which limit it is over (--max-checkpoint-bytes) itself.
+      const size_t body_limit =
+          entry.body == Body::kCheckpoint ? std::numeric_limits<size_t>::max() : limit_of(entry.body);
+      const size_t body_size = request.body.size();
       Time now = ctx_.clock();
       Caller anonymous;
-      if (request.body.size() > body_limit) {
-        response = error_response(Error::of(ErrorCode::kTooLarge, "body", std::to_string(request.body.size()) + " bytes",
+      if (body_size > body_limit) {
+        response = error_response(Error::of(ErrorCode::kTooLarge, "body", std::to_string(body_size) + " bytes",
                                             "over this endpoint's limit of " + std::to_string(body_limit) + " bytes"));
       } else if (Result<Caller> caller = entry.public_route ? Result<Caller>(anonymous)
                                                              : authenticate(request, ctx_.verifier, ctx_.cache,

@@ -61,15 +61,24 @@ class Api {
   explicit Api(ApiContext context);
   net::Response handle(const net::Request& request);
   // The body a request may send, decided from its head before the body is read: uploads (from a
-  // caller that sent a credential) up to the upload limit, everything else the JSON limit.
+  // caller that sent a credential) up to the upload limit, checkpoints up to the checkpoint limit
+  // (and what the disk holds), everything else the JSON limit.
   size_t body_limit(const std::string& method, const std::string& path,
                     const std::map<std::string, std::string>& headers) const;
+  // Where the HTTP layer writes a request's body as it arrives ("" : in memory): checkpoints,
+  // as big as a job's memory, go to the checkpoint store's incoming directory.
+  std::string spool_dir(const std::string& method, const std::string& path) const;
 
  private:
   using Handler = net::Response (Api::*)(const Call&);
-  // `upload`: the route takes a body of up to max_upload_bytes (others: max_body_bytes).
+  enum class Body {
+    kJson,        // up to max_body_bytes, in memory
+    kUpload,      // up to max_upload_bytes, in memory
+    kCheckpoint,  // up to max_checkpoint_bytes, spooled to a file (Request::body_file)
+  };
   void route(const std::string& method, const std::string& pattern, Handler handler, bool public_route = false,
-             bool upload = false);
+             Body body = Body::kJson);
+  size_t limit_of(Body body) const;
 
   // Commits `ops` with an audit record of the caller's action; the records written are applied to
   // the cache before it returns.
@@ -179,7 +188,7 @@ class Api {
   struct Entry {
     Handler handler;
     bool public_route;
-    bool upload;
+    Body body;
   };
   std::vector<Entry> handlers_;
   std::mutex fanouts_mutex_;

@@ -259,10 +259,20 @@ std::string sha256_hex_of(std::string_view data) {
   return sha.hex();
 }
 
-Result<BlobInfo> write_blob(const std::string& root, const std::string& relative, std::string_view data,
-                            const std::function<Status(const BlobInfo&)>& accept) {
-  std::vector<std::string> segments = segments_of(relative);
-  if (segments.empty() || segments.front().starts_with(".")) {
+namespace {
+
+// Where a stored file lands: the temporary directory and the directory it is renamed into.
+struct Landing {
+  std::vector<std::string> segments;
+  Fd incoming;
+  Fd parent;
+  std::vector<Fd> grown;  // directories that gained an entry: synced after the rename
+};
+
+Result<Landing> prepare_landing(const std::string& root, const std::string& relative) {
+  Landing landing;
+  landing.segments = segments_of(relative);
+  if (landing.segments.empty() || landing.segments.front().starts_with(".")) {
     return Error::invalid_argument("path", relative, "not a relative path of a stored file");
   }
   auto base = open_root(root, /*create=*/true);
@@ -270,29 +280,22 @@ Result<BlobInfo> write_blob(const std::string& root, const std::string& relative
   if (::mkdirat(base->get(), kIncoming, 0700) != 0 && errno != EEXIST) {
     return Error::internal("create " + root + "/" + kIncoming + ": " + errno_text());
   }
-  Fd incoming = open_directory_at(base->get(), kIncoming);
-  if (!incoming.ok()) return Error::internal("open " + root + "/" + kIncoming + ": " + errno_text());
-  std::vector<Fd> grown;  // directories that gained an entry: synced after the rename
-  auto parent = open_directories(std::move(*base), segments, segments.size() - 1, &grown);
+  landing.incoming = open_directory_at(base->get(), kIncoming);
+  if (!landing.incoming.ok()) return Error::internal("open " + root + "/" + kIncoming + ": " + errno_text());
+  auto parent = open_directories(std::move(*base), landing.segments, landing.segments.size() - 1, &landing.grown);
   if (!parent) return parent.error();
+  landing.parent = std::move(*parent);
+  return landing;
+}
 
-  std::string temporary = auth::random_hex(12);
-  Fd file(::openat(incoming.get(), temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640));
-  if (!file.ok()) return Error::internal("create a temporary file in " + root + "/" + kIncoming + ": " + errno_text());
+// The temporary file `temporary` (open as `file`, holding what `info` describes) accepted, synced
+// and renamed into place; removed on any error.
+Result<BlobInfo> land(Landing& landing, const std::string& relative, const std::string& temporary, Fd file,
+                      const BlobInfo& info, const std::function<Status(const BlobInfo&)>& accept) {
   auto drop = [&](Error error) {
-    ::unlinkat(incoming.get(), temporary.c_str(), 0);
+    ::unlinkat(landing.incoming.get(), temporary.c_str(), 0);
     return error;
   };
-  Sha256 sha;
-  for (size_t done = 0; done < data.size();) {
-    size_t piece = std::min(kPiece, data.size() - done);
-    ssize_t n = ::write(file.get(), data.data() + done, piece);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return drop(Error::internal("write " + relative + ": " + errno_text()));
-    sha.update(data.data() + done, static_cast<size_t>(n));
-    done += static_cast<size_t>(n);
-  }
-  BlobInfo info{relative, static_cast<int64_t>(data.size()), sha.hex()};
   if (accept) {
     if (auto accepted = accept(info); !accepted) return drop(accepted.error());
   }
@@ -301,17 +304,80 @@ Result<BlobInfo> write_blob(const std::string& root, const std::string& relative
   (void)::fsetxattr(file.get(), kHashAttribute, info.sha256.data(), info.sha256.size(), 0);
   if (::fsync(file.get()) != 0) return drop(Error::internal("sync " + relative + ": " + errno_text()));
   file = Fd();
-  if (::renameat(incoming.get(), temporary.c_str(), parent->get(), segments.back().c_str()) != 0) {
+  if (::renameat(landing.incoming.get(), temporary.c_str(), landing.parent.get(), landing.segments.back().c_str()) != 0) {
     if (errno == EISDIR || errno == ENOTEMPTY || errno == EEXIST || errno == ENOTDIR) {
       return drop(Error::of(ErrorCode::kConflict, "path", relative, "is a directory; a file cannot replace it"));
     }
     return drop(Error::internal("rename into " + relative + ": " + errno_text()));
   }
-  if (::fsync(parent->get()) != 0) return Error::internal("sync the directory of " + relative + ": " + errno_text());
-  for (const Fd& dir : grown) {
+  if (::fsync(landing.parent.get()) != 0) return Error::internal("sync the directory of " + relative + ": " + errno_text());
+  for (const Fd& dir : landing.grown) {
     if (dir.ok() && ::fsync(dir.get()) != 0) return Error::internal("sync a directory of " + relative + ": " + errno_text());
   }
   return info;
+}
+
+}  // namespace
+
+Result<BlobInfo> write_blob(const std::string& root, const std::string& relative, std::string_view data,
+                            const std::function<Status(const BlobInfo&)>& accept) {
+  auto landing = prepare_landing(root, relative);
+  if (!landing) return landing.error();
+  std::string temporary = auth::random_hex(12);
+  Fd file(::openat(landing->incoming.get(), temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                   0640));
+  if (!file.ok()) return Error::internal("create a temporary file in " + root + "/" + kIncoming + ": " + errno_text());
+  Sha256 sha;
+  for (size_t done = 0; done < data.size();) {
+    size_t piece = std::min(kPiece, data.size() - done);
+    ssize_t n = ::write(file.get(), data.data() + done, piece);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      ::unlinkat(landing->incoming.get(), temporary.c_str(), 0);
+      return Error::internal("write " + relative + ": " + errno_text());
+    }
+    sha.update(data.data() + done, static_cast<size_t>(n));
+    done += static_cast<size_t>(n);
+  }
+  BlobInfo info{relative, static_cast<int64_t>(data.size()), sha.hex()};
+  return land(*landing, relative, temporary, std::move(file), info, accept);
+}
+
+Result<std::string> blob_incoming_dir(const std::string& root) {
+  auto base = open_root(root, /*create=*/true);
+  if (!base) return base.error();
+  if (::mkdirat(base->get(), kIncoming, 0700) != 0 && errno != EEXIST) {
+    return Error::internal("create " + root + "/" + kIncoming + ": " + errno_text());
+  }
+  return root + "/" + kIncoming;
+}
+
+Result<BlobInfo> adopt_blob(const std::string& root, const std::string& relative, const std::string& incoming_file,
+                            const std::function<Status(const BlobInfo&)>& accept) {
+  const std::string name = std::filesystem::path(incoming_file).filename().string();
+  if (incoming_file != root + "/" + kIncoming + "/" + name || name.empty() || name == "." || name == "..") {
+    return Error::invalid_argument("incoming_file", incoming_file, "not a file in " + root + "/" + kIncoming);
+  }
+  auto landing = prepare_landing(root, relative);
+  if (!landing) return landing.error();
+  Fd file(::openat(landing->incoming.get(), name.c_str(), O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  struct stat st {};
+  if (!file.ok() || ::fstat(file.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return Error::not_found("incoming_file", incoming_file, "no such file");
+  }
+  auto hash = hash_file(file.get(), relative);
+  if (!hash) {
+    ::unlinkat(landing->incoming.get(), name.c_str(), 0);
+    return hash.error();
+  }
+  BlobInfo info{relative, static_cast<int64_t>(st.st_size), std::move(*hash)};
+  return land(*landing, relative, name, std::move(file), info, accept);
+}
+
+Result<std::string> blob_file(const std::string& root, const std::string& relative) {
+  auto fd = open_file(root, relative);
+  if (!fd) return fd.error();
+  return root + "/" + relative;
 }
 
 Result<std::string> read_blob(const std::string& root, const std::string& relative) {

@@ -42,6 +42,20 @@ std::string sha256_hex_of(std::string_view data);
 Result<BlobInfo> write_blob(const std::string& root, const std::string& relative, std::string_view data,
                             const std::function<Status(const BlobInfo&)>& accept = {});
 
+// The directory (`root/.incoming`, created 0700) where a file on its way in may be written, for
+// adopt_blob to store it without a copy: an upload spooled by the HTTP layer.
+Result<std::string> blob_incoming_dir(const std::string& root);
+
+// As write_blob, with the content already in `incoming_file`, a file of blob_incoming_dir(root):
+// hashed (read once), accepted, synced and renamed into place. The file is gone afterwards, stored
+// or removed. kInvalidArgument naming "incoming_file" when it is not in that directory.
+Result<BlobInfo> adopt_blob(const std::string& root, const std::string& relative, const std::string& incoming_file,
+                            const std::function<Status(const BlobInfo&)>& accept = {});
+
+// The path of the regular file `root/relative`, to send it without reading it here; kNotFound
+// as read_blob.
+Result<std::string> blob_file(const std::string& root, const std::string& relative);
+
 // The regular file `root/relative`, whole. kNotFound naming "path" when there is none (a
 // directory or a symbolic link is none).
 Result<std::string> read_blob(const std::string& root, const std::string& relative);

@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <mutex>
 #include <set>
 
@@ -21,6 +22,8 @@
 #include "common/strings.h"
 
 namespace cnlab::server {
+
+namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kDigestHeader = "checkpoint-digest";
@@ -92,10 +95,13 @@ net::Response Api::put_checkpoint(const Call& call) {
   if (kind != "files" && kind != "process") {
     return error_response(Error::invalid_argument("Checkpoint-Kind", kind, "\"files\" or \"process\""));
   }
-  const std::string& body = call.request.body;
+  // Spooled to a file by the HTTP layer (Api::spool_dir); in memory where that could not be.
+  const std::string& spooled = call.request.body_file;
+  std::error_code ec;
+  const size_t size = spooled.empty() ? call.request.body.size() : static_cast<size_t>(fs::file_size(spooled, ec));
   const size_t limit = ctx_.config.max_checkpoint_bytes;
-  if (body.size() > limit) {
-    return error_response(Error::of(ErrorCode::kTooLarge, "body", fmt::format("{} bytes", body.size()),
+  if (size > limit) {
+    return error_response(Error::of(ErrorCode::kTooLarge, "body", fmt::format("{} bytes", size),
                                     fmt::format("a checkpoint archive may have at most {} bytes (the server's "
                                                 "--max-checkpoint-bytes)",
                                                 limit)));
@@ -104,13 +110,15 @@ net::Response Api::put_checkpoint(const Call& call) {
   const std::string hex = model::workspace_name(*digest);
 
   std::lock_guard lock(archives_lock());
-  auto written = write_blob(root, hex, body, [&](const BlobInfo& info) -> Status {
+  auto matches_digest = [&](const BlobInfo& info) -> Status {
     if (info.sha256 == hex) return Status::ok();
     return Error::invalid_argument("Checkpoint-Digest", *digest,
                                    fmt::format("the body's SHA-256 is sha256:{}, not the digest given; the archive "
                                                "changed on the way or the digest was computed over something else",
                                                info.sha256));
-  });
+  };
+  auto written = spooled.empty() ? write_blob(root, hex, call.request.body, matches_digest)
+                                 : adopt_blob(root, hex, spooled, matches_digest);
   if (!written) return error_response(written.error());
 
   model::CheckpointRef taken{*digest, written->size_bytes, taken_at, kind};
@@ -194,17 +202,17 @@ net::Response Api::get_checkpoint(const Call& call) {
     if (!chosen) return error_response(Error::not_found("digest", *digest, "job " + id + " keeps no such checkpoint"));
   }
   if (!chosen) return error_response(Error::not_found("job", id, "job " + id + " has no checkpoint"));
-  auto bytes = read_blob(ctx_.dir.checkpoints(), model::workspace_name(chosen->digest));
-  if (!bytes) {
+  auto file = blob_file(ctx_.dir.checkpoints(), model::workspace_name(chosen->digest));
+  if (!file) {
     spdlog::error("checkpoint archive missing job=\"{}\" digest=\"{}\" error=\"{}\"", id, chosen->digest,
-                  bytes.error().to_string());
+                  file.error().to_string());
     return error_response(Error::not_found("digest", chosen->digest, "the checkpoint's archive is missing on the server"));
   }
   net::Response response;
   response.content_type = "application/octet-stream";
   response.headers.emplace_back("Checkpoint-Digest", chosen->digest);
   response.headers.emplace_back("Checkpoint-Taken-At", format_rfc3339(chosen->taken_at));
-  response.body = std::move(*bytes);
+  response.body_file = std::move(*file);  // sent from the file: a process checkpoint is as big as the job's memory
   return response;
 }
 

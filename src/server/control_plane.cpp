@@ -71,12 +71,15 @@ class ControlPlaneImpl final : public ControlPlane {
     options.worker_threads = config_.worker_threads;
     // Watches of busy collections get a write every few milliseconds rather than one per change.
     options.stream_coalesce = std::chrono::milliseconds(4);
-    // Uploads (workspaces, artifacts) must reach their handlers; every other route is held to
-    // max_body_bytes before its body is read.
-    options.max_body_bytes = std::max(config_.max_body_bytes, config_.max_upload_bytes);
+    // Uploads (workspaces, artifacts, checkpoints) must reach their handlers; every other route is
+    // held to max_body_bytes before its body is read.
+    options.max_body_bytes = std::max({config_.max_body_bytes, config_.max_upload_bytes, config_.max_checkpoint_bytes});
     options.body_limit_for = [this](const std::string& method, const std::string& path,
                                     const std::map<std::string, std::string>& headers) {
       return api_->body_limit(method, path, headers);
+    };
+    options.spool_dir_for = [this](const std::string& method, const std::string& path) {
+      return api_->spool_dir(method, path);
     };
     auto server = net::Server::start(options, [this](const net::Request& r) { return api_->handle(r); });
     if (!server) return server.error();

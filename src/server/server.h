@@ -38,7 +38,9 @@ struct ServerConfig {
   size_t max_body_bytes = 1 << 20;                  // a JSON request body
   size_t max_upload_bytes = size_t{512} << 20;      // one workspace archive or artifact
   size_t max_artifact_bytes_per_job = size_t{1} << 30;  // all of one job's artifacts together
-  size_t max_checkpoint_bytes = size_t{512} << 20;      // one checkpoint archive
+  // One checkpoint archive: a process checkpoint is as big as the job's memory. Spooled to disk as
+  // it arrives, and refused up front when the disk has no room for it.
+  size_t max_checkpoint_bytes = size_t{64} << 30;
   size_t max_log_bytes_per_job = size_t{256} << 20;
   int worker_threads = 64;
   int64_t history_revisions = 100000;  // changes kept for watches from a past revision

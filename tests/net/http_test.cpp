@@ -648,6 +648,49 @@ TEST(Client, AnUploadOfAFileThatCannotBeReadNamesIt) {
   EXPECT_THAT(response.error().to_string(), HasSubstr("/nonexistent/cnlab-body"));
 }
 
+TEST(Server, AResponseFromAFileArrivesWholeAndTheConnectionGoesOn) {
+  Pki pki;
+  TempDir files, downloads;
+  const std::string content = random_bytes(7 << 20);
+  std::ofstream(files.file("blob"), std::ios::binary) << content;
+  auto server = start_tls(pki, [&](const Request& request) {
+    if (request.path == "/small") return text("small");
+    Response response;
+    response.content_type = "application/octet-stream";
+    response.headers.emplace_back("X-Kind", "blob");
+    response.body_file = files.file(request.path.substr(1));
+    return response;
+  });
+  ASSERT_TRUE(server);
+  auto client = connect(*server, &pki);
+  ASSERT_TRUE(client);
+
+  auto got = client->download("/blob", downloads.file("blob"));
+  ASSERT_TRUE(got) << got.error().to_string();
+  EXPECT_EQ(got->status, 200);
+  EXPECT_EQ(got->headers["x-kind"], "blob");
+  EXPECT_TRUE(got->body.empty());
+  std::ifstream in(downloads.file("blob"), std::ios::binary);
+  EXPECT_TRUE(std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()) == content);
+  EXPECT_EQ(std::filesystem::status(downloads.file("blob")).permissions() & std::filesystem::perms::all,
+            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+
+  // The same body read into memory; then a plain answer on the same connection.
+  auto whole = client->request("GET", "/blob");
+  ASSERT_TRUE(whole) << whole.error().to_string();
+  EXPECT_TRUE(whole->body == content);
+  auto small = client->request("GET", "/small");
+  ASSERT_TRUE(small) << small.error().to_string();
+  EXPECT_EQ(small->body, "small");
+
+  // A file that is not there: a 500, kept in memory, and no file written.
+  auto missing = client->download("/gone", downloads.file("gone"));
+  ASSERT_TRUE(missing) << missing.error().to_string();
+  EXPECT_EQ(missing->status, 500);
+  EXPECT_THAT(missing->body, HasSubstr("internal"));
+  EXPECT_FALSE(std::filesystem::exists(downloads.file("gone")));
+}
+
 TEST(Server, OversizedHeaderIsRefused) {
   Pki pki;
   std::atomic<int> calls{0};

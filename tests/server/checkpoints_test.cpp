@@ -52,6 +52,11 @@ class CheckpointsTest : public ClusterTest {
   std::string archive_path(const std::string& bytes) const {
     return server_->data_dir() + "/checkpoints/" + auth::sha256_hex(bytes);
   }
+  // What uploads left where the HTTP layer spools them: nothing, once each is answered.
+  bool spool_is_empty() const {
+    std::error_code ec;
+    return fs::is_empty(server_->data_dir() + "/checkpoints/.incoming", ec) || ec;
+  }
 
   std::unique_ptr<net::Client> agent_;
   std::string job_;
@@ -110,6 +115,7 @@ TEST_F(CheckpointsTest, AnArchiveThatDoesNotMatchItsDigestIsRefusedAndNothingIsK
   EXPECT_FALSE(get_job(*admin_, job_)["status"].contains("checkpoint"));
   EXPECT_FALSE(fs::exists(archive_path("the bytes sent")));
   EXPECT_EQ(get(*admin_).status, 404);
+  EXPECT_TRUE(spool_is_empty()) << "a refused upload leaves no file behind";
 }
 
 TEST_F(CheckpointsTest, AUserOfAnotherProjectCannotSeeTheCheckpoint) {
@@ -191,6 +197,35 @@ TEST_F(CheckpointLimitsTest, ACheckpointOverTheLimitGets413WithTheLimit) {
   EXPECT_THAT(too_big.body, HasSubstr("1000"));
   EXPECT_FALSE(get_job(*admin_, job_)["status"].contains("checkpoint"));
   EXPECT_EQ(put(*agent_, bytes_of(1000, 2)).status, 201);
+  EXPECT_TRUE(spool_is_empty());
+}
+
+class LargeCheckpointsTest : public CheckpointsTest {
+ protected:
+  // Workspaces and artifacts are held to 64 KiB here; checkpoints keep their own limit.
+  void SetUp() override { start_server({"--max-upload-bytes", "65536"}); }
+};
+
+TEST_F(LargeCheckpointsTest, ACheckpointPastTheUploadLimitGoesInFromAFileAndComesBackToOne) {
+  start_job();
+  const std::string saved = bytes_of(6 << 20, 3);
+  const fs::path dir = fs::path(server_->data_dir()).parent_path() / "large-checkpoint";
+  fs::create_directories(dir);
+  std::ofstream(dir / "sent", std::ios::binary) << saved;
+  auto stored = agent_->upload("PUT", "/v1/jobs/" + job_ + "/checkpoint", (dir / "sent").string(),
+                               {{"Content-Type", "application/octet-stream"}, {"Checkpoint-Digest", digest_of(saved)}});
+  ASSERT_TRUE(stored) << stored.error().to_string();
+  ASSERT_EQ(stored->status, 201) << stored->body;
+  EXPECT_EQ(get_job(*admin_, job_)["status"]["checkpoint"]["size_bytes"], saved.size());
+  EXPECT_TRUE(spool_is_empty());
+
+  auto fetched = admin_->download("/v1/jobs/" + job_ + "/checkpoint", (dir / "fetched").string());
+  ASSERT_TRUE(fetched) << fetched.error().to_string();
+  ASSERT_EQ(fetched->status, 200);
+  EXPECT_EQ(fetched->headers["checkpoint-digest"], digest_of(saved));
+  std::ifstream in(dir / "fetched", std::ios::binary);
+  EXPECT_TRUE(std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()) == saved);
+  fs::remove_all(dir);
 }
 
 }  // namespace
