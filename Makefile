@@ -27,6 +27,7 @@ bench: build
 	@$(BUILD)/bench/agent_bench --all
 	@$(BUILD)/bench/cli_bench --all
 	@$(BUILD)/bench/migration_bench --sizes 256,1024,4096 || echo "migration_bench: not run (it needs root and a working CRIU)"
+	@scripts/agent-migration-bench.sh $(BUILD) 256,1024,4096
 	@if [ -x $(BUILD)/bench/vgpu_bench ]; then $(BUILD)/bench/vgpu_bench --all; else echo "vgpu_bench: not built (no CUDA headers)"; fi
 
 check: deps

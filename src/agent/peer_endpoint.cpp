@@ -91,12 +91,14 @@ class Endpoint final : public PeerEndpoint {
     if (auto valid = model::validate_digest(digest, "Checkpoint-Digest"); !valid) return refuse(400, valid.error());
     std::lock_guard lock(mutex_);
     remove_unclaimed();
+    const auto unpacking = std::chrono::steady_clock::now();
     auto kept = keep(job, from, digest, request.body_file);
     if (!kept) {
       spdlog::warn("migration dump refused job=\"{}\" from=\"{}\" error=\"{}\"", job, from, kept.error().to_string());
       return refuse(kept.error().code == ErrorCode::kInvalidArgument ? 400 : 500, kept.error());
     }
-    spdlog::info("migration dump received job=\"{}\" from=\"{}\" digest=\"{}\"", job, from, digest);
+    spdlog::info("migration dump received job=\"{}\" from=\"{}\" digest=\"{}\" unpack_ms={}", job, from, digest,
+                 std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - unpacking).count());
     return answer(201, {{"digest", digest}});
   }
 

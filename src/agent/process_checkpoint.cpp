@@ -182,13 +182,20 @@ void JobRunner::migrate_out(OutputReader* reader, const model::Migration& move) 
     gate = std::move(*opened);
     handed_over["pages_from"] = format_host_port({context_.page_server_address, gate->port()});
   }
-  // Stored, not compressed: gzip would spend the pause compressing memory at a few dozen MB/s.
+  // A plain tar: gzip would spend the pause compressing memory at 50 to 150 MB/s.
+  const auto packing = std::chrono::steady_clock::now();
   auto packed = pack_checkpoint(dir_ / "process", kMaxMigrationDumpBytes, 0);
   (void)safe_remove_tree((dir_ / "process").string());
   if (!packed) return abandon("its dump could not be packed: " + packed.error().message);
+  const auto sending = std::chrono::steady_clock::now();
   if (auto sent = send_dump(*target, move.to, tls, job_id_, packed->archive(), packed->digest()); !sent) {
     return abandon("node " + move.to + " did not take its dump: " + sent.error().message);
   }
+  const auto ms_since = [](std::chrono::steady_clock::time_point from, std::chrono::steady_clock::time_point to) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(to - from).count();
+  };
+  spdlog::info("migration dump sent job=\"{}\" to=\"{}\" bytes={} pack_ms={} send_ms={}", job_id_, move.to,
+               packed->archive_bytes(), ms_since(packing, sending), ms_since(sending, std::chrono::steady_clock::now()));
   handed_over["dump_digest"] = packed->digest();
   Json body = {{"phase", "Running"}, {"migration_handed_over", handed_over}};
   Result<Json> told = Error::of(ErrorCode::kUnavailable, "", "", "not asked");

@@ -78,9 +78,11 @@ class MigrationTest : public AgentCluster {
     // Jobs run as root: CRIU dumps another user's process only with CAP_SYS_RESOURCE, which this
     // VM's root lacks (RunAsAnotherUserWithoutTheCapabilityFallsBack covers that case).
     run_as_ = "";
-    start_cluster({"--not-ready-after", "2s", "--lost-after", "4s", "--migration-timeout", "4s",
+    start_cluster({"--not-ready-after", "2s", "--lost-after", "4s", "--migration-timeout", migration_timeout(),
                    "--checkpoint-every", "none"});
   }
+  // Short, so that the tests of a migration given up end soon.
+  virtual std::string migration_timeout() const { return "4s"; }
 
   // A CPU-only checkpointable job: what CRIU moves (GPU memory would need cuda-checkpoint).
   std::string submit_counter(int ticks, const std::string& priority = "opportunistic", int64_t cpu_milli = 1000) {
@@ -173,6 +175,63 @@ TEST_F(MigrationTest, ALiveMigratedJobCarriesOnOnTheOtherNodeWithoutAGapOrARepea
   expect_unbroken(ticks(lines), 60);
   EXPECT_EQ(lines.back(), "file ok 60") << "the file it kept open on node-a was appended to on node-b";
   EXPECT_THAT(agents_[1]->log(), HasSubstr("job started job=\"" + id + "\""));
+}
+
+// argv[1]: MiB of memory it fills with random bytes (nothing compresses); argv[2]: ticks. It prints
+// the memory's digest at the start and checks it again at the end.
+constexpr const char* kMemoryHolder = R"(
+import hashlib, os, sys, time
+block = os.urandom(1 << 20)
+memory = bytearray(block) * int(sys.argv[1])
+for offset in range(0, len(memory), 1 << 20):
+    memory[offset:offset + 8] = offset.to_bytes(8, 'little')
+digest = hashlib.sha256(memory).hexdigest()
+print('holding', len(memory) >> 20, 'MiB digest', digest, flush=True)
+for i in range(int(sys.argv[2])):
+    print(f'tick {i} pid {os.getpid()} child 0 alive True', flush=True)
+    time.sleep(0.1)
+print('memory', 'ok' if hashlib.sha256(memory).hexdigest() == digest else 'BAD', flush=True)
+)";
+
+// A dump of GiBs takes seconds to pack, send and unpack: the server waits for it as long as by default.
+class LargeMigrationTest : public MigrationTest {
+ protected:
+  std::string migration_timeout() const override { return "2m"; }
+};
+
+// More memory than the workspace limits (1 GiB of files, 512 MiB of archive) that used to bound a
+// dump: stop-and-copy carries it whole. For the benchmark (scripts/agent-migration-bench.sh,
+// docs/benchmarks/migration.md), CNLAB_E2E_MIGRATION_MIB sets the size and
+// CNLAB_E2E_MIGRATION_POST_COPY=1 makes both agents move it by post-copy.
+TEST_F(LargeMigrationTest, AJobHoldingMoreThanAGibibyteMigratesWithItsMemoryIntact) {
+  const char* size_env = std::getenv("CNLAB_E2E_MIGRATION_MIB");
+  const int mib = size_env ? std::atoi(size_env) : 1100;
+  ASSERT_GT(mib, 0) << "CNLAB_E2E_MIGRATION_MIB=" << size_env;
+  const char* post_copy_env = std::getenv("CNLAB_E2E_MIGRATION_POST_COPY");
+  const bool post_copy = post_copy_env && std::string(post_copy_env) == "1";
+  const std::vector<std::string> flags =
+      post_copy ? std::vector<std::string>{"--post-copy", "--address", "127.0.0.1"} : std::vector<std::string>{};
+  add_agent("node-a", "h100", flags);
+  Json body = job_body("default", "none", {"python3", "-u", "-c", kMemoryHolder, std::to_string(mib), "150"});
+  body["spec"]["memory_mib"] = mib + 512;
+  body["spec"]["cpu_milli"] = 1000;
+  body["spec"]["priority_class"] = "opportunistic";
+  body["spec"]["checkpointable"] = true;
+  std::string id = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
+  ASSERT_TRUE(eventually([&] { return last_tick(id) >= 5; }, 120s)) << agents_[0]->log();
+  add_agent("node-b", "h100", flags);
+
+  auto [code, said] = cnlab("migrate " + id + " --to node-b --timeout 300");
+  EXPECT_EQ(code, 0) << said << agents_[0]->log() << agents_[1]->log();
+  ASSERT_TRUE(has_event(id, "Migrated")) << events(id) << agents_[0]->log() << agents_[1]->log();
+  EXPECT_EQ(placed_on(id), "node-b");
+  record_pause(id);
+  Json ended = wait_for_end(id, 300s);
+  ASSERT_EQ(ended["status"]["phase"], "Succeeded") << ended.dump() << agents_[1]->log();
+  const auto lines = texts(logs(id));
+  expect_unbroken(ticks(lines), 150);
+  EXPECT_THAT(lines.front(), HasSubstr("holding " + std::to_string(mib) + " MiB"));
+  EXPECT_EQ(lines.back(), "memory ok") << "its memory arrived on node-b as it was on node-a";
 }
 
 TEST_F(MigrationTest, APreemptedJobIsDumpedAndResumesExactlyWhereItWas) {

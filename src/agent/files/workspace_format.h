@@ -1,7 +1,8 @@
 // What a workspace archive is, for the CLI that packs it and the agent that unpacks it.
 //
 // A gzip-compressed POSIX pax tar ("restricted" pax: ustar headers, pax extended headers only for
-// long or non-ASCII names; names stored as raw bytes). Entries are the workspace's directories,
+// long or non-ASCII names; names stored as raw bytes); a migration's dump is a plain one
+// (PackOptions::compression_level 0), and unpacking takes either. Entries are the workspace's directories,
 // regular files and symbolic links whose targets stay inside it, in byte order of their paths,
 // relative ("src/train.py"), with mode bits 0777 only, mtime 0, uid/gid 0 and no user or group
 // names, and a gzip header without a timestamp: the same directory always gives the same bytes,

@@ -188,9 +188,10 @@ Status write_archive(int root_fd, const std::string& dir, const std::vector<Entr
   };
   // No timestamp in the gzip header, and names as raw bytes whatever the locale: both would
   // otherwise change the digest of an unchanged directory.
-  if (archive_write_add_filter_gzip(a.get()) != ARCHIVE_OK ||
-      archive_write_set_filter_option(a.get(), "gzip", "timestamp", nullptr) != ARCHIVE_OK ||
-      archive_write_set_filter_option(a.get(), "gzip", "compression-level", level.c_str()) != ARCHIVE_OK ||
+  const bool gzip = compression_level > 0;
+  if ((gzip && (archive_write_add_filter_gzip(a.get()) != ARCHIVE_OK ||
+                archive_write_set_filter_option(a.get(), "gzip", "timestamp", nullptr) != ARCHIVE_OK ||
+                archive_write_set_filter_option(a.get(), "gzip", "compression-level", level.c_str()) != ARCHIVE_OK)) ||
       archive_write_set_format_pax_restricted(a.get()) != ARCHIVE_OK ||
       archive_write_set_format_option(a.get(), nullptr, "hdrcharset", "BINARY") != ARCHIVE_OK) {
     return failed("set up");
@@ -252,7 +253,7 @@ Status write_archive(int root_fd, const std::string& dir, const std::vector<Entr
 Result<PackResult> pack_workspace(const std::string& dir, const PackOptions& options) {
   if (options.output_path.empty()) return Error::invalid_argument("output_path", "", "required: where to write the archive");
   if (options.compression_level < 0 || options.compression_level > 9) {
-    return Error::invalid_argument("compression_level", std::to_string(options.compression_level), "0 to 9 (gzip's levels)");
+    return Error::invalid_argument("compression_level", std::to_string(options.compression_level), "0 (a plain tar) or 1 to 9 (gzip's levels)");
   }
   UniqueFd root = detail::open_directory_at(AT_FDCWD, dir.c_str());
   if (!root.ok()) {

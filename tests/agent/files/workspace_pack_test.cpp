@@ -275,8 +275,8 @@ TEST_F(PackTest, OverTheArchiveLimitIsRefused) {
   EXPECT_FALSE(exists_no_follow(out_ / "ws.tar.gz"));
 }
 
-TEST_F(PackTest, LevelZeroStoresTheBytesAndStillUnpacks) {
-  // Memory-like content: compressible, so level 6 shrinks it and level 0 (stored) does not.
+TEST_F(PackTest, LevelZeroWritesAPlainTarThatUnpacks) {
+  // Memory-like content: compressible, so level 6 shrinks it and level 0 (no gzip) does not.
   std::string pages;
   for (int i = 0; i < 1 << 18; ++i) pages += static_cast<char>(i % 7 == 0 ? i & 0xff : 0);
   write_file(tmp_ / "pages-1.img", pages);
@@ -289,6 +289,8 @@ TEST_F(PackTest, LevelZeroStoresTheBytesAndStillUnpacks) {
   EXPECT_GT(stored->archive_bytes, static_cast<int64_t>(pages.size()));
   EXPECT_LT(compressed->archive_bytes, static_cast<int64_t>(pages.size()) / 4);
   EXPECT_NE(stored->digest, compressed->digest);
+  EXPECT_NE(read_file(stored->archive_path).substr(0, 2), "\x1f\x8b") << "no gzip header";
+  EXPECT_EQ(read_file(compressed->archive_path).substr(0, 2), "\x1f\x8b");
   std::string dest = out_ / "unpacked";
   auto unpacked = unpack_workspace(stored->archive_path, stored->digest, dest);
   ASSERT_TRUE(unpacked) << unpacked.error().to_string();
