@@ -354,6 +354,7 @@ Status AgentImpl::open() {
   context_.run_as_gid = gid;
   context_.stop_grace = config_.stop_grace;
   context_.checkpoint_grace = config_.checkpoint_grace;
+  context_.migration_progress_every = config_.migration_progress_every;
   context_.checkpoints_dir = fs::path(config_.data_dir) / "checkpoints";
   if (config_.post_copy) {
     // The page server listens where the node says it can be reached (its --address, a port of it dropped).

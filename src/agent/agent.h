@@ -54,6 +54,9 @@ struct AgentConfig {
   int peer_port = 0;
   // How often the node certificate is checked and renewed once a third of its life is left.
   std::chrono::milliseconds certificate_check_interval{3600 * 1000};
+  // How often a migration's source tells the server it is still dumping, packing or sending: well
+  // under the server's --migration-timeout (2 min by default).
+  std::chrono::milliseconds migration_progress_every{10000};
 };
 
 class Agent {

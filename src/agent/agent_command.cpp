@@ -40,6 +40,7 @@ struct AgentFlags {
   std::string grace = "10s";
   std::string checkpoint_grace = "30s";
   std::string certificate_check = "1h";
+  std::string migration_progress = "10s";
   bool no_cgroups = false;
   bool no_namespaces = false;
   bool no_vgpu = false;
@@ -68,6 +69,12 @@ int run_agent(AgentFlags& flags) {
   auto certificate_check = parse_duration(flags.certificate_check, "--certificate-check-interval");
   if (!certificate_check) return fail(certificate_check.error());
   config.certificate_check_interval = std::chrono::duration_cast<std::chrono::milliseconds>(*certificate_check);
+  auto migration_progress = parse_duration(flags.migration_progress, "--migration-progress-every");
+  if (!migration_progress) return fail(migration_progress.error());
+  if (migration_progress->count() <= 0) {
+    return fail(Error::invalid_argument("--migration-progress-every", flags.migration_progress, "must be positive"));
+  }
+  config.migration_progress_every = std::chrono::duration_cast<std::chrono::milliseconds>(*migration_progress);
   config.use_cgroups = !flags.no_cgroups;
   config.use_namespaces = !flags.no_namespaces;
   config.use_vgpu = !flags.no_vgpu;
@@ -149,6 +156,10 @@ void add_agent_commands(CLI::App& app) {
       ->check(CLI::Range(0, 65535));
   cmd->add_option("--certificate-check-interval", flags->certificate_check,
                   "How often the node certificate is checked and, with a third of its life left, renewed")
+      ->capture_default_str();
+  cmd->add_option("--migration-progress-every", flags->migration_progress,
+                  "How often a migration's source tells the server it is still dumping, packing or sending the "
+                  "job (keep it well under the server's --migration-timeout)")
       ->capture_default_str();
   cmd->add_flag("--stop-jobs-on-exit", flags->stop_jobs, "Stop the running jobs when the agent stops (default: they keep running and are adopted)");
   cmd->callback([flags] { std::exit(run_agent(*flags)); });

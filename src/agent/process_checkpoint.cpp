@@ -7,10 +7,12 @@
 #include <spdlog/spdlog.h>
 
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include "agent/files/files.h"
 #include "agent/job_runner.h"
+#include "agent/migration_progress.h"
 #include "agent/page_tunnel.h"
 #include "agent/peer_endpoint.h"
 #include "common/time.h"
@@ -143,8 +145,11 @@ void JobRunner::migrate_out(OutputReader* reader, const model::Migration& move) 
     (void)api_.call("PUT", "/v1/jobs/" + job_id_ + "/status", body.dump());
   };
   std::unique_ptr<JobHandle::LazyDump> lazy;
+  // Until the hand-over the server hears that this node is still at it, however long that takes.
+  std::optional<MigrationProgress> progress;
   // Dumped but not handed over: it runs on here.
   auto abandon = [&](const std::string& why) {
+    progress.reset();
     (void)safe_remove_tree((dir_ / "process").string());
     lazy.reset();
     (void)handle_->thaw();
@@ -157,6 +162,8 @@ void JobRunner::migrate_out(OutputReader* reader, const model::Migration& move) 
   auto target = peer_endpoint_of(move.to);
   if (!target) return give_up(target.error().message);
   migrating_out_ = true;
+  progress.emplace(context_.server, context_.token(), job_id_, context_.migration_progress_every);
+  progress->stage("dumping");
   const int64_t frozen_at = epoch_ms();
   // Post-copy where the agent offers it: the memory stays here, served to the target as it runs.
   auto taken = take_process_checkpoint(JobHandle::AfterDump::kLeaveStopped,
@@ -167,6 +174,7 @@ void JobRunner::migrate_out(OutputReader* reader, const model::Migration& move) 
     taken = take_process_checkpoint(JobHandle::AfterDump::kLeaveStopped);
   }
   if (!taken) {
+    progress.reset();
     migrating_out_ = false;
     return give_up("the dump failed: " + taken.error().message);
   }
@@ -184,10 +192,12 @@ void JobRunner::migrate_out(OutputReader* reader, const model::Migration& move) 
   }
   // A plain tar: gzip would spend the pause compressing memory at 50 to 150 MB/s.
   const auto packing = std::chrono::steady_clock::now();
+  progress->stage(fmt::format("packing {} MiB of images", taken->bytes >> 20));
   auto packed = pack_checkpoint(dir_ / "process", kMaxMigrationDumpBytes, 0);
   (void)safe_remove_tree((dir_ / "process").string());
   if (!packed) return abandon("its dump could not be packed: " + packed.error().message);
   const auto sending = std::chrono::steady_clock::now();
+  progress->stage(fmt::format("sending {} MiB to {}", packed->archive_bytes() >> 20, move.to));
   if (auto sent = send_dump(*target, move.to, tls, job_id_, packed->archive(), packed->digest()); !sent) {
     return abandon("node " + move.to + " did not take its dump: " + sent.error().message);
   }
@@ -197,6 +207,7 @@ void JobRunner::migrate_out(OutputReader* reader, const model::Migration& move) 
   spdlog::info("migration dump sent job=\"{}\" to=\"{}\" bytes={} pack_ms={} send_ms={}", job_id_, move.to,
                packed->archive_bytes(), ms_since(packing, sending), ms_since(sending, std::chrono::steady_clock::now()));
   handed_over["dump_digest"] = packed->digest();
+  progress.reset();  // the hand-over below is the last word
   Json body = {{"phase", "Running"}, {"migration_handed_over", handed_over}};
   Result<Json> told = Error::of(ErrorCode::kUnavailable, "", "", "not asked");
   for (int attempt = 0; attempt < 5 && !detached(); ++attempt) {

@@ -112,6 +112,8 @@ Json status_to_json(const JobStatus& status) {
     if (m.frozen_at_ms > 0) move["frozen_at_ms"] = m.frozen_at_ms;
     if (!m.pages_from.empty()) move["pages_from"] = m.pages_from;
     if (!m.dump_digest.empty()) move["dump_digest"] = m.dump_digest;
+    if (m.progress_at) move["progress_at"] = format_rfc3339(*m.progress_at);
+    if (!m.progress.empty()) move["progress"] = m.progress;
     j["migration"] = std::move(move);
   }
   return j;
@@ -312,8 +314,8 @@ JobStatus read_status(JsonReader& r) {
     JsonReader m(*migration, r.path_of("migration"));
     // pages_fingerprint and pages_token: what a migration under way before node certificates
     // carried; read and dropped (the migration then fails on its target and the job runs on).
-    m.only({"to", "requested_at", "from", "frozen_at", "frozen_at_ms", "pages_from", "dump_digest", "pages_fingerprint",
-            "pages_token"});
+    m.only({"to", "requested_at", "from", "frozen_at", "frozen_at_ms", "pages_from", "dump_digest", "progress_at",
+            "progress", "pages_fingerprint", "pages_token"});
     Migration move;
     move.to = m.string_or("to", "");
     move.requested_at = detail::required_time(m, "requested_at");
@@ -322,6 +324,8 @@ JobStatus read_status(JsonReader& r) {
     move.frozen_at_ms = m.integer_or("frozen_at_ms", 0, 0, INT64_MAX);
     move.pages_from = m.string_or("pages_from", "");
     move.dump_digest = m.string_or("dump_digest", "");
+    move.progress_at = m.time("progress_at");
+    move.progress = m.string_or("progress", "");
     if (!m.status()) r.fail(m.status().error());
     status.migration = std::move(move);
   }

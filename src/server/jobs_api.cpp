@@ -524,7 +524,7 @@ net::Response Api::report_job_status(const Call& call) {
   if (!body) return error_response(body.error());
   JsonReader r(*body, "");
   r.only({"phase", "exit_code", "signal", "message", "checkpoint_at", "gpu_active_at", "memory_event", "move_requested",
-          "migration_failed", "migration_handed_over"});
+          "migration_failed", "migration_handed_over", "migration_progress"});
   std::string phase = r.string("phase");
   int64_t exit_code = r.integer_or("exit_code", -1, -1, 255);
   int64_t signal = r.integer_or("signal", 0, 0, 127);
@@ -537,6 +537,13 @@ net::Response Api::report_job_status(const Call& call) {
   std::string move_requested = r.string_or("move_requested", "");
   // The source could not dump it for a migration asked for (it runs on there).
   std::string migration_failed = r.string_or("migration_failed", "");
+  // The source is still dumping, packing or sending it ("packing 3.2 GiB"): the migration's timeout
+  // counts from now.
+  std::string migration_progress = r.string_or("migration_progress", "");
+  if (migration_progress.size() > 200) {
+    r.fail(Error::invalid_argument(r.path_of("migration_progress"), migration_progress.substr(0, 40) + "...",
+                                   "at most 200 bytes"));
+  }
   // The source streamed its dump to the target's peer endpoint, which holds it (the job stays
   // frozen on the source): bind the job to the target, which restores it.
   std::optional<model::Migration> handed_over;
@@ -595,6 +602,15 @@ net::Response Api::report_job_status(const Call& call) {
           job.status.events.push_back(event(model::JobEventType::kMigrationFailed, call.now,
                                             "node " + call.caller.node + " could not hand it over: " + migration_failed +
                                                 "; it carries on on " + call.caller.node));
+          return true;
+        }
+        if (!migration_progress.empty()) {
+          if (!job.status.migration || !job.status.migration->from.empty() ||
+              job.status.phase != model::JobPhase::kRunning) {
+            return Error::of(ErrorCode::kConflict, "job", id, "no migration of the job from " + call.caller.node + " is under way");
+          }
+          job.status.migration->progress_at = call.now;
+          job.status.migration->progress = migration_progress;
           return true;
         }
         if (handed_over) {

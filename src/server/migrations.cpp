@@ -92,8 +92,10 @@ void MigrationWatch::check_once() {
       if (move.from.empty()) {
         if (job.status.phase != model::JobPhase::kRunning) {
           why = "the job stopped running before its source dumped it";
-        } else if (now - move.requested_at > timeout_) {
-          why = fmt::format("its node did not hand its dump over within {}", format_duration(timeout_));
+        } else if (now - std::max(move.requested_at, move.progress_at.value_or(Time{})) > timeout_) {
+          why = move.progress_at ? fmt::format("its node said nothing of its dump for {} (last: {})",
+                                               format_duration(timeout_), move.progress)
+                                 : fmt::format("its node did not hand its dump over within {}", format_duration(timeout_));
         }
       } else if (job.status.phase == model::JobPhase::kPending) {
         why = "the target " + move.to + " was lost before the job ran there";

@@ -3,7 +3,9 @@
 // and binds a migrating job to its target only when the source reports the dump handed over.
 #include <gmock/gmock.h>
 
+#include <chrono>
 #include <fstream>
+#include <thread>
 
 #include "fixtures.h"
 #include "net/tls_files.h"
@@ -98,6 +100,52 @@ TEST_F(AgentToAgentTest, AMigratingJobIsBoundToItsTargetOnlyOnceTheSourceHandsIt
   EXPECT_EQ(moving["status"]["migration"]["from"], from);
   EXPECT_EQ(moving["status"]["migration"]["dump_digest"], digest);
   EXPECT_FALSE(moving["status"].contains("checkpoint")) << "the dump went to the target, not to the server";
+}
+
+class MigrationProgressTest : public AgentToAgentTest {
+ protected:
+  void SetUp() override { start_server({"--migration-timeout", "2s"}); }
+};
+
+TEST_F(MigrationProgressTest, ASourceThatKeepsSayingItIsAtItOutlastsTheTimeoutAndOneThatFallsSilentDoesNot) {
+  auto node_1 = server_->client(register_node("gpu-1", "h100", 1));
+  auto node_2 = server_->client(register_node("gpu-2", "h100", 1));
+  Json body = job_body("default", "none", {"sleep", "100"});
+  body["spec"]["checkpointable"] = true;
+  std::string id = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
+  ASSERT_TRUE(wait_for_phase(*admin_, id, "Scheduled"));
+  const std::string from = get_job(*admin_, id)["status"]["placement"][0]["node"];
+  net::Client& source = from == "gpu-1" ? *node_1 : *node_2;
+  net::Client& other = from == "gpu-1" ? *node_2 : *node_1;
+  const std::string to = from == "gpu-1" ? "gpu-2" : "gpu-1";
+  call(source, "PUT", "/v1/jobs/" + id + "/status", 200, {{"phase", "Running"}});
+  Json early = call(source, "PUT", "/v1/jobs/" + id + "/status", 409, {{"phase", "Running"}, {"migration_progress", "dumping"}});
+  EXPECT_THAT(early.dump(), HasSubstr("no migration of the job")) << "no migration was asked for";
+
+  call(*admin_, "POST", "/v1/jobs/" + id + "/migrate", 202, {{"to", to}});
+  call(other, "PUT", "/v1/jobs/" + id + "/status", 404, {{"phase", "Running"}, {"migration_progress", "dumping"}});
+  Json too_long = call(source, "PUT", "/v1/jobs/" + id + "/status", 400,
+                       {{"phase", "Running"}, {"migration_progress", std::string(201, 'x')}});
+  EXPECT_EQ(too_long["error"]["field"], "migration_progress") << too_long.dump();
+
+  // Twice the timeout, with a word every 400 ms: the migration stays under way.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(4);
+  while (std::chrono::steady_clock::now() < until) {
+    call(source, "PUT", "/v1/jobs/" + id + "/status", 200, {{"phase", "Running"}, {"migration_progress", "sending 900 MiB"}});
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  }
+  Json moving = get_job(*admin_, id);
+  ASSERT_TRUE(moving["status"].contains("migration")) << moving["status"]["events"].dump();
+  EXPECT_EQ(moving["status"]["migration"]["progress"], "sending 900 MiB");
+  EXPECT_TRUE(moving["status"]["migration"]["progress_at"].is_string());
+
+  // Silent from now on: given up within the timeout (and the watch's second), running on the source.
+  ASSERT_TRUE(eventually([&] { return !get_job(*admin_, id)["status"].contains("migration"); }, std::chrono::seconds(10)));
+  Json given_up = get_job(*admin_, id);
+  EXPECT_EQ(given_up["status"]["placement"][0]["node"], from);
+  EXPECT_EQ(given_up["status"]["phase"], "Running");
+  EXPECT_THAT(given_up["status"]["events"].back()["reason"].get<std::string>(),
+              HasSubstr("said nothing of its dump for 2s (last: sending 900 MiB)"));
 }
 
 }  // namespace
