@@ -221,73 +221,42 @@ class ClientImpl final : public Client {
   }
 
   Result<ClientResponse> download(const std::string& target, const std::string& to_path) override {
-    if (interrupted_) return unavailable("the client was interrupted");
-    auto message = make_request("GET", target, "", {});
-    for (int attempt = 0;; ++attempt) {
-      bool retry = false;
-      auto sent = send(message, attempt, retry);
-      if (retry) continue;
-      if (!sent) return sent.error();
-      http::response_parser<http::buffer_body> parser;
-      parser.body_limit(std::numeric_limits<std::uint64_t>::max());  // boost::none misbehaves in 1.74 (compared as a number)
-      error_code ec =
-          in_stream([&](auto& stream, auto done) { http::async_read_header(stream, buffer_, parser, done); });
-      if (ec) {
-        bool nothing_back = !parser.got_some();
-        close();
-        if (nothing_back && reused_ && attempt == 0) continue;
-        return unavailable("GET " + target + ": reading the response failed: " + ec.message());
-      }
-      ClientResponse result;
-      result.status = static_cast<int>(parser.get().result_int());
-      for (const auto& field : parser.get()) {
-        std::string name(field.name_string().data(), field.name_string().size());
-        for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-        result.headers[name] = std::string(field.value().data(), field.value().size());
-      }
-      const bool to_file = result.status / 100 == 2;
-      int fd = -1;
-      if (to_file) {
-        fd = ::open(to_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        if (fd < 0) {
-          close();
-          return Error::invalid_argument("to_path", to_path, std::string("cannot write it: ") + std::strerror(errno));
-        }
-      }
-      auto failed = [&](Error error) -> Result<ClientResponse> {
-        close();
-        if (fd >= 0) {
-          ::close(fd);
-          ::unlink(to_path.c_str());
-        }
-        return error;
-      };
-      while (!parser.is_done()) {
-        parser.get().body().data = chunk_.data();
-        parser.get().body().size = chunk_.size();
-        ec = in_stream([&](auto& stream, auto done) { http::async_read_some(stream, buffer_, parser, done); });
-        if (ec == http::error::need_buffer) ec = {};
-        if (ec) return failed(unavailable("GET " + target + ": the body broke off: " + ec.message()));
-        if (interrupted_) return failed(unavailable("the client was interrupted"));
-        const size_t received = chunk_.size() - parser.get().body().size;
-        if (!to_file) {
-          result.body.append(chunk_.data(), received);
-          continue;
-        }
-        for (size_t written = 0; written < received;) {
-          ssize_t n = ::write(fd, chunk_.data() + written, received - written);
-          if (n <= 0) return failed(Error::internal("cannot write " + to_path + ": " + std::strerror(errno)));
-          written += static_cast<size_t>(n);
-        }
-      }
-      if (fd >= 0 && ::close(std::exchange(fd, -1)) != 0) {
-        ::unlink(to_path.c_str());
-        return failed(Error::internal("cannot write " + to_path + ": " + std::strerror(errno)));
-      }
-      ++completed_;
-      if (!parser.get().keep_alive()) close();
-      return result;
+    ClientResponse result;
+    int fd = -1;
+    std::optional<Error> failure;
+    auto received = receive(
+        "GET", target,
+        [&](const http::response<http::buffer_body>& head) -> Status {
+          result = status_and_headers(head);
+          if (result.status / 100 != 2) return Status::ok();  // an error's body stays in memory
+          fd = ::open(to_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+          if (fd < 0) return Error::invalid_argument("to_path", to_path, std::string("cannot write it: ") + std::strerror(errno));
+          return Status::ok();
+        },
+        [&](std::string_view chunk) {
+          if (fd < 0) {
+            result.body.append(chunk);
+            return true;
+          }
+          for (size_t written = 0; written < chunk.size();) {
+            ssize_t n = ::write(fd, chunk.data() + written, chunk.size() - written);
+            if (n <= 0) {
+              failure = Error::internal("cannot write " + to_path + ": " + std::strerror(errno));
+              return false;
+            }
+            written += static_cast<size_t>(n);
+          }
+          return true;
+        });
+    if (fd >= 0 && ::close(std::exchange(fd, -1)) != 0 && !failure) {
+      failure = Error::internal("cannot write " + to_path + ": " + std::strerror(errno));
     }
+    if (!received) failure = received.error();
+    if (failure) {
+      ::unlink(to_path.c_str());
+      return *failure;
+    }
+    return result;
   }
 
   void interrupt() override {
@@ -300,47 +269,7 @@ class ClientImpl final : public Client {
 
   Result<int> stream(const std::string& method, const std::string& target,
                      const std::function<bool(std::string_view)>& on_chunk) override {
-    if (interrupted_) return unavailable("the client was interrupted");
-    auto message = make_request(method, target, "", {});
-    for (int attempt = 0;; ++attempt) {
-      bool retry = false;
-      auto sent = send(message, attempt, retry);
-      if (retry) continue;
-      if (!sent) return sent.error();
-      http::response_parser<http::buffer_body> parser;
-      parser.body_limit(std::numeric_limits<std::uint64_t>::max());  // boost::none misbehaves in 1.74 (compared as a number)
-      error_code ec =
-          in_stream([&](auto& stream, auto done) { http::async_read_header(stream, buffer_, parser, done); });
-      if (ec) {
-        bool nothing_back = !parser.got_some();
-        close();
-        if (nothing_back && reused_ && attempt == 0) continue;
-        return unavailable(method + " " + target + ": reading the response failed: " + ec.message());
-      }
-      int status = static_cast<int>(parser.get().result_int());
-      while (!parser.is_done()) {
-        parser.get().body().data = chunk_.data();
-        parser.get().body().size = chunk_.size();
-        ec = in_stream([&](auto& stream, auto done) { http::async_read_some(stream, buffer_, parser, done); });
-        if (ec == http::error::need_buffer) ec = {};
-        if (ec) {
-          close();
-          return unavailable(method + " " + target + ": the stream broke off: " + ec.message());
-        }
-        if (interrupted_) {
-          close();
-          return unavailable("the client was interrupted");
-        }
-        size_t received = chunk_.size() - parser.get().body().size;
-        if (received > 0 && !on_chunk(std::string_view(chunk_.data(), received))) {
-          close();
-          return status;
-        }
-      }
-      ++completed_;
-      if (!parser.get().keep_alive()) close();
-      return status;
-    }
+    return receive(method, target, nullptr, on_chunk);
   }
 
  private:
@@ -371,18 +300,96 @@ class ClientImpl final : public Client {
     return ec;
   }
 
-  http::request<http::string_body> make_request(const std::string& method, const std::string& target,
-                                                const std::string& body,
-                                                const std::map<std::string, std::string>& headers) const {
-    http::request<http::string_body> message;
+  // Sends a bodiless request and reads its response as it arrives: `on_head` (when given) sees the
+  // status and headers first (an error from it ends the exchange), then `on_chunk` each piece of
+  // the body until the end or until it returns false. The response's status, or kUnavailable.
+  Result<int> receive(const std::string& method, const std::string& target,
+                      const std::function<Status(const http::response<http::buffer_body>&)>& on_head,
+                      const std::function<bool(std::string_view)>& on_chunk) {
+    if (interrupted_) return unavailable("the client was interrupted");
+    auto message = make_request(method, target, "", {});
+    for (int attempt = 0;; ++attempt) {
+      bool retry = false;
+      auto sent = send(message, attempt, retry);
+      if (retry) continue;
+      if (!sent) return sent.error();
+      http::response_parser<http::buffer_body> parser;
+      parser.body_limit(std::numeric_limits<std::uint64_t>::max());  // boost::none misbehaves in 1.74 (compared as a number)
+      error_code ec =
+          in_stream([&](auto& stream, auto done) { http::async_read_header(stream, buffer_, parser, done); });
+      if (ec) {
+        bool nothing_back = !parser.got_some();
+        close();
+        if (nothing_back && reused_ && attempt == 0) continue;
+        return unavailable(method + " " + target + ": reading the response failed: " + ec.message());
+      }
+      int status = static_cast<int>(parser.get().result_int());
+      if (on_head) {
+        if (auto taken = on_head(parser.get()); !taken) {
+          close();
+          return taken.error();
+        }
+      }
+      while (!parser.is_done()) {
+        parser.get().body().data = chunk_.data();
+        parser.get().body().size = chunk_.size();
+        ec = in_stream([&](auto& stream, auto done) { http::async_read_some(stream, buffer_, parser, done); });
+        if (ec == http::error::need_buffer) ec = {};
+        if (ec) {
+          close();
+          return unavailable(method + " " + target + ": the stream broke off: " + ec.message());
+        }
+        if (interrupted_) {
+          close();
+          return unavailable("the client was interrupted");
+        }
+        size_t received = chunk_.size() - parser.get().body().size;
+        if (received > 0 && !on_chunk(std::string_view(chunk_.data(), received))) {
+          close();
+          return status;
+        }
+      }
+      ++completed_;
+      if (!parser.get().keep_alive()) close();
+      return status;
+    }
+  }
+
+  // A response's status, and its headers with names lower-cased (repeated ones joined by ", ").
+  template <typename Response>
+  static ClientResponse status_and_headers(const Response& response) {
+    ClientResponse result;
+    result.status = static_cast<int>(response.result_int());
+    for (const auto& field : response) {
+      std::string name(field.name_string().data(), field.name_string().size());
+      for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      auto value = field.value();
+      auto [it, inserted] = result.headers.try_emplace(std::move(name), value.data(), value.size());
+      if (!inserted) it->second.append(", ").append(value.data(), value.size());
+    }
+    return result;
+  }
+
+  // The request line and the headers every request carries, then `headers` (a JSON body's
+  // Content-Type first, for them to override).
+  template <typename Request>
+  void set_head(Request& message, const std::string& method, const std::string& target, bool json_body,
+                const std::map<std::string, std::string>& headers) const {
     message.version(11);
     message.method_string(method);
     message.target(url_.prefix + target);
     message.set(http::field::host, url_.authority);
     message.set(http::field::user_agent, "cnlab");
     if (!options_.token.empty()) message.set(http::field::authorization, "Bearer " + options_.token);
-    if (!body.empty()) message.set(http::field::content_type, "application/json");
+    if (json_body) message.set(http::field::content_type, "application/json");
     for (const auto& [name, value] : headers) message.set(name, value);
+  }
+
+  http::request<http::string_body> make_request(const std::string& method, const std::string& target,
+                                                const std::string& body,
+                                                const std::map<std::string, std::string>& headers) const {
+    http::request<http::string_body> message;
+    set_head(message, method, target, !body.empty(), headers);
     message.body() = body;
     message.keep_alive(true);
     message.prepare_payload();
@@ -406,15 +413,7 @@ class ClientImpl final : public Client {
       return unavailable(method + " " + target + ": reading the response failed: " + ec.message());
     }
     auto& response = parser.get();
-    ClientResponse result;
-    result.status = static_cast<int>(response.result_int());
-    for (const auto& field : response) {
-      std::string name(field.name_string().data(), field.name_string().size());
-      for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      auto value = field.value();
-      auto [it, inserted] = result.headers.try_emplace(std::move(name), value.data(), value.size());
-      if (!inserted) it->second.append(", ").append(value.data(), value.size());
-    }
+    ClientResponse result = status_and_headers(response);
     result.body = std::move(response.body());
     ++completed_;
     if (!response.keep_alive()) close();
@@ -436,13 +435,7 @@ class ClientImpl final : public Client {
       return Error::invalid_argument("body_path", path, std::string("cannot read it: ") + std::strerror(errno));
     }
     http::request<http::empty_body> head;
-    head.version(11);
-    head.method_string(method);
-    head.target(url_.prefix + target);
-    head.set(http::field::host, url_.authority);
-    head.set(http::field::user_agent, "cnlab");
-    if (!options_.token.empty()) head.set(http::field::authorization, "Bearer " + options_.token);
-    for (const auto& [name, value] : headers) head.set(name, value);
+    set_head(head, method, target, /*json_body=*/false, headers);
     head.content_length(static_cast<uint64_t>(info.st_size));
     head.keep_alive(true);
     reused_ = connected_ && completed_ > 0;

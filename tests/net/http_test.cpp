@@ -589,16 +589,22 @@ TEST(Server, AHandlerKeepsASpooledBodyByMovingIt) {
   EXPECT_TRUE(empty_dir(spool.file("")));
 }
 
-TEST(Server, ASpooledBodyOverTheLimitGets413AndLeavesNoFile) {
-  TempDir spool;
-  std::atomic<int> calls{0};
+// A plain server that spools every body into `spool` (up to `max_body_bytes`), counting the
+// requests its handler sees.
+std::unique_ptr<Server> start_spooling(const TempDir& spool, size_t max_body_bytes, std::atomic<int>& calls) {
   ServerOptions options;
-  options.max_body_bytes = 1 << 20;
-  options.spool_dir_for = [&](const std::string&, const std::string&) { return spool.file(""); };
-  auto server = start_plain([&](const Request&) {
+  options.max_body_bytes = max_body_bytes;
+  options.spool_dir_for = [dir = spool.file("")](const std::string&, const std::string&) { return dir; };
+  return start_plain([&calls](const Request&) {
     ++calls;
     return text("ok");
   }, options);
+}
+
+TEST(Server, ASpooledBodyOverTheLimitGets413AndLeavesNoFile) {
+  TempDir spool;
+  std::atomic<int> calls{0};
+  auto server = start_spooling(spool, 1 << 20, calls);
   ASSERT_TRUE(server);
   RawSocket raw(server->port());
   ASSERT_TRUE(raw.connected());
@@ -618,13 +624,7 @@ TEST(Server, ASpooledBodyOverTheLimitGets413AndLeavesNoFile) {
 TEST(Server, AClientGoneMidBodyLeavesNoSpoolFile) {
   TempDir spool;
   std::atomic<int> calls{0};
-  ServerOptions options;
-  options.max_body_bytes = 64 << 20;
-  options.spool_dir_for = [&](const std::string&, const std::string&) { return spool.file(""); };
-  auto server = start_plain([&](const Request&) {
-    ++calls;
-    return text("ok");
-  }, options);
+  auto server = start_spooling(spool, 64 << 20, calls);
   ASSERT_TRUE(server);
   {
     RawSocket raw(server->port());
