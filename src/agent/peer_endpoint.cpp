@@ -58,6 +58,12 @@ class Endpoint final : public PeerEndpoint {
     fs::create_directories(incoming_, ec);
     fs::permissions(incoming_, fs::perms::owner_all, ec);  // a dump holds the job's memory: the agent's alone
     if (!fs::is_directory(incoming_)) return Error::internal("cannot create " + incoming_.string());
+    // What a dump cut off by a crash left: its spooled body or its archive (kept dumps stay, for
+    // their runners to claim).
+    for (const auto& entry : fs::directory_iterator(incoming_, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.starts_with(".request-") || entry.path().extension() == ".archive") fs::remove(entry.path(), ec);
+    }
     net::ServerOptions options;
     options.listen = listen;
     options.cert_file = tls.cert_file;

@@ -352,6 +352,21 @@ Result<std::string> blob_incoming_dir(const std::string& root) {
   return root + "/" + kIncoming;
 }
 
+Status clear_blob_incoming(const std::string& root) {
+  auto base = open_root(root, /*create=*/false);
+  if (!base) return Status::ok();
+  Fd incoming = open_directory_at(base->get(), kIncoming);
+  if (!incoming.ok()) return Status::ok();
+  std::vector<BlobInfo> left;
+  if (auto walked = walk(incoming.get(), "", /*hashes=*/false, kMaxRelativePathSegments, left); !walked) return walked;
+  for (const BlobInfo& file : left) {
+    if (::unlinkat(incoming.get(), file.path.c_str(), 0) != 0 && errno != ENOENT) {
+      return Error::internal("remove " + root + "/" + kIncoming + "/" + file.path + ": " + errno_text());
+    }
+  }
+  return Status::ok();
+}
+
 Result<BlobInfo> adopt_blob(const std::string& root, const std::string& relative, const std::string& incoming_file,
                             const std::function<Status(const BlobInfo&)>& accept) {
   const std::string name = std::filesystem::path(incoming_file).filename().string();

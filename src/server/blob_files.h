@@ -46,6 +46,10 @@ Result<BlobInfo> write_blob(const std::string& root, const std::string& relative
 // adopt_blob to store it without a copy: an upload spooled by the HTTP layer.
 Result<std::string> blob_incoming_dir(const std::string& root);
 
+// Removes every file left in `root/.incoming` (uploads cut off by a crash); for a server starting,
+// when no upload is under way. No directory there is no error.
+Status clear_blob_incoming(const std::string& root);
+
 // As write_blob, with the content already in `incoming_file`, a file of blob_incoming_dir(root):
 // hashed (read once), accepted, synced and renamed into place. The file is gone afterwards, stored
 // or removed. kInvalidArgument naming "incoming_file" when it is not in that directory.

@@ -8,6 +8,7 @@
 
 #include "net/net.h"
 #include "server/api.h"
+#include "server/blob_files.h"
 #include "server/idle_reclaim.h"
 #include "server/migrations.h"
 #include "server/node_lifecycle.h"
@@ -58,6 +59,12 @@ class ControlPlaneImpl final : public ControlPlane {
                                                    system_now, [this] { loop_->wake(); });
     metrics_.on_render([this] { refresh_gauges(); });
 
+    // What an upload cut off by a crash left on its way in.
+    for (const std::string& root : {dir_.workspaces(), dir_.artifacts(), dir_.checkpoints()}) {
+      if (auto cleared = clear_blob_incoming(root); !cleared) {
+        spdlog::warn("leftover uploads not removed root=\"{}\" error=\"{}\"", root, cleared.error().to_string());
+      }
+    }
     api_ = std::make_unique<Api>(ApiContext{config_, dir_, *store_, *verifier_, signing_, metrics_, *cache_, quotas_,
                                             *logs_, [this] { loop_->wake(); }, system_now,
                                             [this](const std::string& id) { return loop_->waiting(id); },

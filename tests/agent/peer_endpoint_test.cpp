@@ -87,6 +87,17 @@ TEST_F(PeerEndpointTest, ADumpSentByTheSourceIsTakenWithItsSenderAndDigest) {
   EXPECT_THAT(leftovers(), ::testing::IsEmpty());
 }
 
+TEST_F(PeerEndpointTest, AnEndpointStartingClearsWhatACrashLeftAndKeepsTheDumpsItHolds) {
+  ASSERT_TRUE(send(node_a_, "job-1", archive_, digest_));
+  std::ofstream(dir_ / "incoming" / ".request-1-2-3") << "half a body";
+  std::ofstream(dir_ / "incoming" / "job-2.archive") << "an archive never unpacked";
+  endpoint_.reset();
+  auto restarted = PeerEndpoint::start("127.0.0.1:0", ca_->node("node-b"), dir_ / "incoming", 1 << 20);
+  ASSERT_TRUE(restarted) << restarted.error().to_string();
+  EXPECT_THAT(leftovers(), ::testing::IsEmpty());
+  EXPECT_TRUE(take_incoming_dump(dir_ / "incoming", "job-1", "node-a", digest_, dir_ / "restored"));
+}
+
 TEST_F(PeerEndpointTest, AStrangerOrAWrongTargetGetsNoDumpThrough) {
   TestClusterCa other(dir_ / "other");
   EXPECT_FALSE(send(other.node("node-a"), "job-1", archive_, digest_)) << "a certificate from another cluster's CA";

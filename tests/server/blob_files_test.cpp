@@ -84,6 +84,16 @@ TEST_F(AdoptBlobTest, OnlyFilesOfTheIncomingDirectoryAreTaken) {
   EXPECT_THAT(stored_name.error().message, HasSubstr("stored file"));
 }
 
+TEST_F(AdoptBlobTest, WhatACrashLeftOnItsWayInIsClearedAndStoredFilesStay) {
+  ASSERT_TRUE(write_blob(root_.string(), "kept", "stored"));
+  spooled(".request-7", "half an upload");
+  spooled("a1b2c3", "a temporary file");
+  ASSERT_TRUE(clear_blob_incoming(root_.string()));
+  EXPECT_TRUE(fs::is_empty(incoming_));
+  EXPECT_EQ(read(root_ / "kept"), "stored");
+  EXPECT_TRUE(clear_blob_incoming((root_ / "nothing-here").string())) << "no directory is no error";
+}
+
 TEST_F(AdoptBlobTest, AStoredFileThatIsALinkIsNotServed) {
   fs::create_symlink("/etc/passwd", root_ / "abc");
   EXPECT_EQ(blob_file(root_.string(), "abc").error().code, ErrorCode::kNotFound);
