@@ -55,6 +55,7 @@ int migrate(const ClientFlags& flags, const std::string& id, const std::string& 
   if (!wait) return kExitOk;
   // The outcome is the first Migrated or MigrationFailed event after the request.
   const size_t seen = event_count(*job);
+  std::string progress;  // the source's latest word, printed once each time it changes
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(200ms);
@@ -62,6 +63,12 @@ int migrate(const ClientFlags& flags, const std::string& id, const std::string& 
     if (!got || got->status != 200) continue;
     Json now = Json::parse(got->body, nullptr, false);
     if (!now.is_object()) continue;
+    const std::string said = now["status"].value("migration", Json::object()).value("progress", "");
+    if (!said.empty() && said != progress) {
+      progress = said;
+      std::printf("  %s\n", progress.c_str());
+      std::fflush(stdout);
+    }
     const Json events = now["status"].value("events", Json::array());
     for (size_t i = seen; i < events.size(); ++i) {
       const std::string type = events[i].value("type", "");
