@@ -10,6 +10,7 @@
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/read.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
@@ -585,6 +586,19 @@ class Session final : public SessionBase {
     static std::atomic<uint64_t> spooled{0};
     spool_path_ = dir + "/.request-" + std::to_string(::getpid()) + "-" + std::to_string(id_) + "-" +
                   std::to_string(spooled.fetch_add(1));
+    if (auto length = parser_->content_length(); length && !parser_->chunked()) {
+      // A declared length: read straight into the file a MiB at a time (read_raw_body). Beast's
+      // parser reads 64 KiB at a time with a timer and a strand hop per read, which caps an upload
+      // at about 200 MB/s here, TLS or not.
+      spool_fd_ = ::open(spool_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+      if (spool_fd_ < 0) {
+        spdlog::error("request body not spooled path=\"{}\" error=\"{}\"", spool_path_, std::strerror(errno));
+        drop_spool();
+        return false;
+      }
+      spool_left_ = *length;
+      return true;
+    }
     file_parser_.emplace(std::move(*parser_));
     parser_.reset();
     file_parser_->body_limit(body_limit_);
@@ -604,13 +618,63 @@ class Session final : public SessionBase {
 
   // Removes the spool file unless the handler moved it away.
   void drop_spool() {
+    if (spool_fd_ >= 0) ::close(spool_fd_);
+    spool_fd_ = -1;
     if (spool_path_.empty()) return;
     ::unlink(spool_path_.c_str());
     spool_path_.clear();
     req_.body_file.clear();
   }
 
+  // A spooled body of known length: what came with the header, then the rest a MiB at a time.
+  void read_raw_body() {
+    const size_t with_header = static_cast<size_t>(std::min<uint64_t>(buffer_.size(), spool_left_));
+    if (with_header > 0 && !write_spool(static_cast<const char*>(buffer_.data().data()), with_header)) return;
+    buffer_.consume(with_header);
+    continue_raw_body();
+  }
+
+  void continue_raw_body() {
+    if (spool_left_ == 0) {
+      ::close(std::exchange(spool_fd_, -1));
+      on_read({});
+      return;
+    }
+    if (piece_.size() < (size_t{1} << 20)) piece_.resize(size_t{1} << 20);
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(piece_.size(), spool_left_));
+    lowest().expires_after(shared_->options.idle_timeout);
+    asio::async_read(stream_, asio::buffer(piece_.data(), want), [self = self()](error_code ec, size_t n) {
+      if (self->closed_) return;
+      if (ec) {
+        self->drop_spool();
+        self->hard_close();  // the client went away or stalled mid-body
+        return;
+      }
+      if (self->write_spool(self->piece_.data(), n)) self->continue_raw_body();
+    });
+  }
+
+  bool write_spool(const char* data, size_t size) {
+    for (size_t done = 0; done < size;) {
+      ssize_t n = ::write(spool_fd_, data + done, size - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        spdlog::error("request body not spooled path=\"{}\" error=\"{}\"", spool_path_, std::strerror(errno));
+        drop_spool();
+        respond_error(500, "internal", "the server cannot store the request body");
+        return false;
+      }
+      done += static_cast<size_t>(n);
+    }
+    spool_left_ -= size;
+    return true;
+  }
+
   void read_body() {
+    if (spool_fd_ >= 0) {
+      read_raw_body();
+      return;
+    }
     auto done = [self = self()](error_code ec, size_t) { self->on_read(ec); };
     if (file_parser_) {
       http::async_read(stream_, buffer_, *file_parser_, std::move(done));
@@ -646,6 +710,11 @@ class Session final : public SessionBase {
       req_.body.clear();
       req_.body_file = spool_path_;
       file_parser_.reset();
+    } else if (!spool_path_.empty()) {  // read by read_raw_body
+      take_head(parser_->get());
+      req_.body.clear();
+      req_.body_file = spool_path_;
+      parser_.reset();
     } else {
       auto& message = parser_->get();
       take_head(message);
@@ -854,6 +923,8 @@ class Session final : public SessionBase {
   std::optional<http::request_parser<http::string_body>> parser_;
   std::optional<http::request_parser<http::file_body>> file_parser_;  // a spooled body, once its header is in
   std::string spool_path_;  // the spool file of the request being read or handled
+  int spool_fd_ = -1;       // the spool file being written by read_raw_body
+  uint64_t spool_left_ = 0;  // of the body it reads
   int body_fd_ = -1;        // the file a response's body is being sent from
   size_t body_left_ = 0;    // of it
   std::vector<char> piece_;  // the piece of it being written
