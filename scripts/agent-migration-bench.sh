@@ -26,7 +26,7 @@ for mib in ${sizes//,/ }; do
     else
       outcome="FAILED (run the test alone to see why)"
     fi
-    pause=$(grep -o 'paused [0-9]* ms' "$report" | grep -o '[0-9]*' || echo "-")
+    pause=$(grep -o 'paused [0-9]* ms' "$report" | head -1 | grep -o '[0-9]*' || echo "-")
     printf '%-10s %-14s %12s  %s\n' "${mib} MiB" "$mode" "$pause" "$outcome"
   done
 done
