@@ -98,7 +98,7 @@ class Endpoint final : public PeerEndpoint {
     std::lock_guard lock(mutex_);
     remove_unclaimed();
     const auto unpacking = std::chrono::steady_clock::now();
-    auto kept = keep(job, from, digest, request.body_file);
+    auto kept = keep(job, from, digest, request.body_file, request.body_sha256);
     if (!kept) {
       spdlog::warn("migration dump refused job=\"{}\" from=\"{}\" error=\"{}\"", job, from, kept.error().to_string());
       return refuse(kept.error().code == ErrorCode::kInvalidArgument ? 400 : 500, kept.error());
@@ -108,9 +108,10 @@ class Endpoint final : public PeerEndpoint {
     return answer(201, {{"digest", digest}});
   }
 
-  // Unpacks the spooled archive `body_file` (its digest checked) as incoming/<job>, with who sent it
-  // beside it.
-  Status keep(const std::string& job, const std::string& from, const std::string& digest, const std::string& body_file) {
+  // Unpacks the spooled archive `body_file` (its digest checked: `sha256`, hashed as it arrived,
+  // when the HTTP layer did) as incoming/<job>, with who sent it beside it.
+  Status keep(const std::string& job, const std::string& from, const std::string& digest, const std::string& body_file,
+              const std::string& sha256) {
     std::error_code ec;
     const fs::path archive = incoming_ / (job + ".archive"), dir = incoming_ / job;
     (void)safe_remove_tree(dir.string());
@@ -119,7 +120,14 @@ class Endpoint final : public PeerEndpoint {
     if (ec) return Error::internal("cannot keep the dump as " + archive.string() + ": " + ec.message());
     UnpackLimits limits;
     limits.max_content_bytes = free_disk_bytes(incoming_);  // memory pages compress well; the disk decides
-    auto unpacked = unpack_workspace(archive.string(), digest, dir.string(), limits);
+    const std::string arrived = sha256.empty() ? "" : std::string(model::kDigestPrefix) + sha256;
+    if (!arrived.empty() && arrived != digest) {
+      fs::remove(archive, ec);
+      return Error::invalid_argument("Checkpoint-Digest", digest,
+                                     "the dump that arrived has digest " + arrived + "; it changed on the way");
+    }
+    auto unpacked = arrived.empty() ? unpack_workspace(archive.string(), digest, dir.string(), limits)
+                                    : extract_workspace(archive.string(), dir.string(), limits);
     fs::remove(archive, ec);
     if (!unpacked) {
       (void)safe_remove_tree(dir.string());

@@ -35,6 +35,10 @@ struct Request {
   // `body` is empty. The server removes the file once the response is sent, unless the handler
   // renamed it to keep it.
   std::string body_file = "";
+  // With `body_file`, when the request declared its length: the body's SHA-256 (64 lowercase hex),
+  // computed as it arrived, so that a handler checking a digest need not read GiBs back. Empty
+  // otherwise.
+  std::string body_sha256 = "";
   std::string remote;  // "127.0.0.1:53422"
   // With mutual TLS (ServerOptions::client_ca_file): the DNS names of the client's verified
   // certificate; empty otherwise.

@@ -18,6 +18,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
+#include <openssl/evp.h>
 #include <openssl/ssl.h>
 #include <spdlog/spdlog.h>
 #include <fcntl.h>
@@ -597,6 +598,8 @@ class Session final : public SessionBase {
         return false;
       }
       spool_left_ = *length;
+      spool_hash_.reset(EVP_MD_CTX_new());
+      if (!spool_hash_ || EVP_DigestInit_ex(spool_hash_.get(), EVP_sha256(), nullptr) != 1) spool_hash_.reset();
       return true;
     }
     file_parser_.emplace(std::move(*parser_));
@@ -620,6 +623,8 @@ class Session final : public SessionBase {
   void drop_spool() {
     if (spool_fd_ >= 0) ::close(spool_fd_);
     spool_fd_ = -1;
+    spool_hash_.reset();
+    req_.body_sha256.clear();
     if (spool_path_.empty()) return;
     ::unlink(spool_path_.c_str());
     spool_path_.clear();
@@ -637,6 +642,16 @@ class Session final : public SessionBase {
   void continue_raw_body() {
     if (spool_left_ == 0) {
       ::close(std::exchange(spool_fd_, -1));
+      unsigned char digest[EVP_MAX_MD_SIZE];
+      unsigned int size = 0;
+      if (spool_hash_ && EVP_DigestFinal_ex(spool_hash_.get(), digest, &size) == 1) {
+        static constexpr char kHex[] = "0123456789abcdef";
+        for (unsigned int i = 0; i < size; ++i) {
+          req_.body_sha256.push_back(kHex[digest[i] >> 4]);
+          req_.body_sha256.push_back(kHex[digest[i] & 0xf]);
+        }
+      }
+      spool_hash_.reset();
       on_read({});
       return;
     }
@@ -666,6 +681,7 @@ class Session final : public SessionBase {
       }
       done += static_cast<size_t>(n);
     }
+    if (spool_hash_ && EVP_DigestUpdate(spool_hash_.get(), data, size) != 1) spool_hash_.reset();
     spool_left_ -= size;
     return true;
   }
@@ -924,6 +940,10 @@ class Session final : public SessionBase {
   std::optional<http::request_parser<http::file_body>> file_parser_;  // a spooled body, once its header is in
   std::string spool_path_;  // the spool file of the request being read or handled
   int spool_fd_ = -1;       // the spool file being written by read_raw_body
+  struct HashDeleter {
+    void operator()(EVP_MD_CTX* context) const { EVP_MD_CTX_free(context); }
+  };
+  std::unique_ptr<EVP_MD_CTX, HashDeleter> spool_hash_;  // of what read_raw_body has written
   uint64_t spool_left_ = 0;  // of the body it reads
   int body_fd_ = -1;        // the file a response's body is being sent from
   size_t body_left_ = 0;    // of it

@@ -368,7 +368,7 @@ Status clear_blob_incoming(const std::string& root) {
 }
 
 Result<BlobInfo> adopt_blob(const std::string& root, const std::string& relative, const std::string& incoming_file,
-                            const std::function<Status(const BlobInfo&)>& accept) {
+                            const std::function<Status(const BlobInfo&)>& accept, const std::string& known_sha256) {
   const std::string name = std::filesystem::path(incoming_file).filename().string();
   if (incoming_file != root + "/" + kIncoming + "/" + name || name.empty() || name == "." || name == "..") {
     return Error::invalid_argument("incoming_file", incoming_file, "not a file in " + root + "/" + kIncoming);
@@ -380,7 +380,7 @@ Result<BlobInfo> adopt_blob(const std::string& root, const std::string& relative
   if (!file.ok() || ::fstat(file.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
     return Error::not_found("incoming_file", incoming_file, "no such file");
   }
-  auto hash = hash_file(file.get(), relative);
+  auto hash = is_hash(known_sha256) ? Result<std::string>(known_sha256) : hash_file(file.get(), relative);
   if (!hash) {
     ::unlinkat(landing->incoming.get(), name.c_str(), 0);
     return hash.error();

@@ -51,10 +51,12 @@ Result<std::string> blob_incoming_dir(const std::string& root);
 Status clear_blob_incoming(const std::string& root);
 
 // As write_blob, with the content already in `incoming_file`, a file of blob_incoming_dir(root):
-// hashed (read once), accepted, synced and renamed into place. The file is gone afterwards, stored
-// or removed. kInvalidArgument naming "incoming_file" when it is not in that directory.
+// hashed (read once, unless `known_sha256` gives the hash the HTTP layer computed as the file was
+// written), accepted, synced and renamed into place. The file is gone afterwards, stored or
+// removed. kInvalidArgument naming "incoming_file" when it is not in that directory.
 Result<BlobInfo> adopt_blob(const std::string& root, const std::string& relative, const std::string& incoming_file,
-                            const std::function<Status(const BlobInfo&)>& accept = {});
+                            const std::function<Status(const BlobInfo&)>& accept = {},
+                            const std::string& known_sha256 = "");
 
 // The path of the regular file `root/relative`, to send it without reading it here; kNotFound
 // as read_blob.

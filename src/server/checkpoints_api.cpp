@@ -118,7 +118,7 @@ net::Response Api::put_checkpoint(const Call& call) {
                                                info.sha256));
   };
   auto written = spooled.empty() ? write_blob(root, hex, call.request.body, matches_digest)
-                                 : adopt_blob(root, hex, spooled, matches_digest);
+                                 : adopt_blob(root, hex, spooled, matches_digest, call.request.body_sha256);
   if (!written) return error_response(written.error());
 
   model::CheckpointRef taken{*digest, written->size_bytes, taken_at, kind};

@@ -21,6 +21,8 @@
 #include <set>
 #include <thread>
 
+#include <openssl/evp.h>
+
 #include "net/net.h"
 
 namespace cnlab::net {
@@ -503,7 +505,7 @@ TEST(Server, OversizedBodyGets413BeforeTheHandlerRuns) {
 // What a spooling route's handler saw.
 struct SpoolProbe {
   std::mutex mu;
-  std::string body_in_memory, body_file, content;
+  std::string body_in_memory, body_file, content, body_sha256;
   std::filesystem::perms perms{};
   int calls = 0;
 
@@ -512,6 +514,7 @@ struct SpoolProbe {
     ++calls;
     body_in_memory = request.body;
     body_file = request.body_file;
+    body_sha256 = request.body_sha256;
     if (!body_file.empty()) {
       std::ifstream in(body_file, std::ios::binary);
       content.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
@@ -520,6 +523,20 @@ struct SpoolProbe {
     return text("ok");
   }
 };
+
+std::string fmt_hex(unsigned char byte) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  return {kHex[byte >> 4], kHex[byte & 0xf]};
+}
+
+std::string sha256_hex(const std::string& data) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  EVP_Digest(data.data(), data.size(), digest, &size, EVP_sha256(), nullptr);
+  std::string hex;
+  for (unsigned int i = 0; i < size; ++i) hex += fmt_hex(digest[i]);
+  return hex;
+}
 
 std::string random_bytes(size_t size) {
   std::mt19937_64 random(size);
@@ -556,6 +573,7 @@ TEST(Server, ASpooledRouteGetsItsBodyAsAFileRemovedOnceAnswered) {
     ASSERT_FALSE(probe.body_file.empty());
     EXPECT_EQ(std::filesystem::path(probe.body_file).parent_path(), std::filesystem::path(spool.file("")).parent_path());
     EXPECT_TRUE(probe.content == body) << "the spooled body differs from what was sent";
+    EXPECT_EQ(probe.body_sha256, sha256_hex(body)) << "hashed as it arrived";
     EXPECT_EQ(probe.perms & std::filesystem::perms::all,
               std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
   }
@@ -567,6 +585,7 @@ TEST(Server, ASpooledRouteGetsItsBodyAsAFileRemovedOnceAnswered) {
   std::lock_guard lock(probe.mu);
   EXPECT_EQ(probe.body_in_memory, "hello");
   EXPECT_TRUE(probe.body_file.empty());
+  EXPECT_TRUE(probe.body_sha256.empty());
   EXPECT_EQ(probe.calls, 2);
 }
 

@@ -54,6 +54,23 @@ TEST_F(AdoptBlobTest, ASpooledFileIsStoredUnderItsNameWithItsHash) {
   EXPECT_EQ(fs::path(*path), root_ / "abc");
 }
 
+TEST_F(AdoptBlobTest, AHashKnownFromTheUploadIsTakenWithoutReadingTheFileAgain) {
+  // The hash given is what the HTTP layer computed while writing; adopt_blob passes it to accept.
+  const std::string given(64, 'c');
+  std::string seen;
+  auto stored = adopt_blob(root_.string(), "abc", spooled(".request-4", "bytes"),
+                           [&](const BlobInfo& info) {
+                             seen = info.sha256;
+                             return Status::ok();
+                           },
+                           given);
+  ASSERT_TRUE(stored) << stored.error().to_string();
+  EXPECT_EQ(seen, given);
+  auto not_a_hash = adopt_blob(root_.string(), "def", spooled(".request-5", "bytes"), {}, "not-a-hash");
+  ASSERT_TRUE(not_a_hash);
+  EXPECT_EQ(not_a_hash->sha256, sha256_hex_of("bytes")) << "anything but a hash is ignored: the file is read";
+}
+
 TEST_F(AdoptBlobTest, ARefusedFileIsRemovedAndNothingIsStored) {
   auto refused = adopt_blob(root_.string(), "abc", spooled(".request-2", "wrong bytes"),
                             [](const BlobInfo&) { return Error::invalid_argument("digest", "x", "does not match"); });
