@@ -212,8 +212,9 @@ class ClientImpl final : public Client {
       bool retry = false;
       auto sent = send_file(method, target, body_path, headers, attempt, retry);
       if (retry) continue;
-      if (!sent && sent.error().code != ErrorCode::kUnavailable) return sent.error();
-      // A server may answer (and close) before it has read the whole body: its answer says why.
+      if (!sent && (sent.error().code != ErrorCode::kUnavailable || !connected_)) return sent.error();
+      // Cut off mid-body: a server may answer (and close) before it has read the whole body, and
+      // its answer says why.
       auto response = read_response(method, target, attempt, retry);
       if (!sent && !response) return sent.error();
       if (retry) continue;

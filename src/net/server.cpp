@@ -552,12 +552,12 @@ class Session final : public SessionBase {
       }
       body_limit_ = std::min(body_limit_, shared_->options.body_limit_for(method, path, headers));
       parser_->body_limit(body_limit_);
-      auto length = parser_->content_length();
-      if (length && *length > body_limit_) {
-        respond_error(413, "too_large",
-                      "the request body is larger than the limit of " + std::to_string(body_limit_) + " bytes");
-        return;
-      }
+    }
+    // Also what keeps a spooled body read past the parser (read_raw_body) within the limit.
+    if (auto length = parser_->content_length(); length && *length > body_limit_) {
+      respond_error(413, "too_large",
+                    "the request body is larger than the limit of " + std::to_string(body_limit_) + " bytes");
+      return;
     }
     const bool expects_continue = beast::iequals(head[http::field::expect], "100-continue");
     if (shared_->options.spool_dir_for) {

@@ -656,6 +656,20 @@ TEST(Server, AClientGoneMidBodyLeavesNoSpoolFile) {
   EXPECT_EQ(calls.load(), 0);
 }
 
+TEST(Client, AnUploadToAServerThatHasGoneIsUnavailable) {
+  auto server = start_plain([](const Request&) { return text("ok"); });
+  ASSERT_TRUE(server);
+  auto client = connect(*server, nullptr);
+  ASSERT_TRUE(client);
+  ASSERT_TRUE(client->request("GET", "/"));
+  server->stop();
+  TempDir dir;
+  std::ofstream(dir.file("body")) << "bytes";
+  auto response = client->upload("PUT", "/x", dir.file("body"));
+  ASSERT_FALSE(response);
+  EXPECT_EQ(response.error().code, ErrorCode::kUnavailable) << response.error().to_string();
+}
+
 TEST(Client, AnUploadOfAFileThatCannotBeReadNamesIt) {
   auto server = start_plain([](const Request&) { return text("ok"); });
   ASSERT_TRUE(server);
