@@ -4,7 +4,6 @@
 
 #include <chrono>
 #include <filesystem>
-#include <limits>
 
 #include "server/api_error.h"
 #include "server/blob_files.h"
@@ -90,7 +89,9 @@ size_t Api::body_limit(const std::string& method, const std::string& path,
   const Body body = handlers_[match.route->index].body;
   size_t limit = std::max(limit_of(body), ctx_.config.max_body_bytes);
   if (body == Body::kCheckpoint) {
-    // A checkpoint too big for the disk is refused before any of it is sent.
+    // Spooled to disk (spool_dir): without a spool directory, no more than a JSON body in memory;
+    // with one, nothing larger than the disk can take, refused before any of it is sent.
+    if (!blob_incoming_dir(ctx_.dir.checkpoints())) return ctx_.config.max_body_bytes;
     std::error_code ec;
     auto space = std::filesystem::space(ctx_.dir.checkpoints(), ec);
     if (!ec) limit = std::min<uintmax_t>(limit, space.available);
@@ -104,7 +105,7 @@ std::string Api::spool_dir(const std::string& method, const std::string& path) c
   auto dir = blob_incoming_dir(ctx_.dir.checkpoints());
   if (!dir) {
     spdlog::error("checkpoint spool directory unavailable error=\"{}\"", dir.error().to_string());
-    return "";  // held in memory instead, up to the same limit
+    return "";  // held in memory instead, where body_limit allows only a JSON body's size
   }
   return *dir;
 }
@@ -133,13 +134,11 @@ net::Response Api::handle(const net::Request& request) {
       const Entry& entry = handlers_[match.route->index];
       // The HTTP layer admits bodies up to the upload limit; everything else is JSON, held to less.
       // A checkpoint's handler says which limit it is over (--max-checkpoint-bytes) itself.
-      const size_t body_limit =
-          entry.body == Body::kCheckpoint ? std::numeric_limits<size_t>::max() : limit_of(entry.body);
-      const size_t body_size = request.body.size();
+      const size_t body_limit = limit_of(entry.body);
       Time now = ctx_.clock();
       Caller anonymous;
-      if (body_size > body_limit) {
-        response = error_response(Error::of(ErrorCode::kTooLarge, "body", std::to_string(body_size) + " bytes",
+      if (entry.body != Body::kCheckpoint && request.body.size() > body_limit) {
+        response = error_response(Error::of(ErrorCode::kTooLarge, "body", std::to_string(request.body.size()) + " bytes",
                                             "over this endpoint's limit of " + std::to_string(body_limit) + " bytes"));
       } else if (Result<Caller> caller = entry.public_route ? Result<Caller>(anonymous)
                                                              : authenticate(request, ctx_.verifier, ctx_.cache,
