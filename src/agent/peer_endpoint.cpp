@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <mutex>
 
 #include "agent/files/files.h"
@@ -19,6 +20,7 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
 constexpr const char* kPathPrefix = "/v1/migrations/";
+constexpr const char* kPartsSuffix = "/parts";
 constexpr auto kUnclaimedFor = 1h;  // a migration's target binds within minutes (--migration-timeout)
 constexpr auto kSendTimeout = 10min;
 
@@ -45,6 +47,7 @@ std::string sender_of(const net::Request& request) {
 }
 
 fs::path meta_of(const fs::path& incoming, const std::string& job) { return incoming / (job + ".json"); }
+fs::path parts_of(const fs::path& incoming, const std::string& job) { return incoming / (job + ".parts"); }
 
 class Endpoint final : public PeerEndpoint {
  public:
@@ -58,11 +61,12 @@ class Endpoint final : public PeerEndpoint {
     fs::create_directories(incoming_, ec);
     fs::permissions(incoming_, fs::perms::owner_all, ec);  // a dump holds the job's memory: the agent's alone
     if (!fs::is_directory(incoming_)) return Error::internal("cannot create " + incoming_.string());
-    // What a dump cut off by a crash left: its spooled body or its archive (kept dumps stay, for
-    // their runners to claim).
+    // What a dump cut off by a crash left: its spooled body, its parts or its archive (kept dumps
+    // stay, for their runners to claim).
     for (const auto& entry : fs::directory_iterator(incoming_, ec)) {
       const std::string name = entry.path().filename().string();
       if (name.starts_with(".request-") || entry.path().extension() == ".archive") fs::remove(entry.path(), ec);
+      if (entry.path().extension() == ".parts") (void)safe_remove_tree(entry.path().string());
     }
     net::ServerOptions options;
     options.listen = listen;
@@ -88,11 +92,15 @@ class Endpoint final : public PeerEndpoint {
   net::Response handle(const net::Request& request) {
     const std::string from = sender_of(request);
     if (from.empty()) return refuse(403, Error::of(ErrorCode::kPermissionDenied, "certificate", "", "only nodes send dumps"));
-    if (request.method != "PUT" || request.path.rfind(kPathPrefix, 0) != 0) {
-      return refuse(404, Error::not_found("path", request.path, "this endpoint takes PUT /v1/migrations/{job}"));
+    std::string job = request.path.rfind(kPathPrefix, 0) == 0 ? request.path.substr(std::string(kPathPrefix).size()) : "";
+    const bool part = job.ends_with(kPartsSuffix);
+    if (part) job.resize(job.size() - std::string(kPartsSuffix).size());
+    if (request.method != "PUT" || job.empty()) {
+      return refuse(404, Error::not_found("path", request.path,
+                                          "this endpoint takes PUT /v1/migrations/{job} and PUT /v1/migrations/{job}/parts"));
     }
-    const std::string job = request.path.substr(std::string(kPathPrefix).size());
     if (auto valid = model::validate_name(job, "job"); !valid) return refuse(400, valid.error());
+    if (part) return keep_part(job, from, request);
     const std::string digest = request.header("checkpoint-digest");
     if (auto valid = model::validate_digest(digest, "Checkpoint-Digest"); !valid) return refuse(400, valid.error());
     std::lock_guard lock(mutex_);
@@ -108,8 +116,25 @@ class Endpoint final : public PeerEndpoint {
     return answer(201, {{"digest", digest}});
   }
 
+  // A part of a dump (a large file of it), kept as incoming/<job>.parts/<its sha256> until the
+  // dump's archive names it. Its digest is the one computed as it arrived, never the sender's word.
+  net::Response keep_part(const std::string& job, const std::string& from, const net::Request& request) {
+    if (request.body_file.empty() || request.body_sha256.empty()) {
+      return refuse(411, Error::invalid_argument("Content-Length", request.header("content-length"),
+                                                 "a part of a dump is sent with its length"));
+    }
+    std::error_code ec;
+    const fs::path parts = parts_of(incoming_, job);
+    fs::create_directories(parts, ec);
+    fs::rename(request.body_file, parts / request.body_sha256, ec);
+    if (ec) return refuse(500, Error::internal("cannot keep a part of the dump in " + parts.string() + ": " + ec.message()));
+    spdlog::debug("migration dump part received job=\"{}\" from=\"{}\" sha256=\"{}\"", job, from, request.body_sha256);
+    return answer(201, {{"sha256", request.body_sha256}});
+  }
+
   // Unpacks the spooled archive `body_file` (its digest checked: `sha256`, hashed as it arrived,
-  // when the HTTP layer did) as incoming/<job>, with who sent it beside it.
+  // when the HTTP layer did) as incoming/<job>, puts the parts it lists back in place, and records
+  // who sent it beside it.
   Status keep(const std::string& job, const std::string& from, const std::string& digest, const std::string& body_file,
               const std::string& sha256) {
     std::error_code ec;
@@ -129,11 +154,57 @@ class Endpoint final : public PeerEndpoint {
     auto unpacked = arrived.empty() ? unpack_workspace(archive.string(), digest, dir.string(), limits)
                                     : extract_workspace(archive.string(), dir.string(), limits);
     fs::remove(archive, ec);
-    if (!unpacked) {
+    Status placed = unpacked ? place_parts(job, dir) : Status(unpacked.error());
+    (void)safe_remove_tree(parts_of(incoming_, job).string());
+    if (!placed) {
       (void)safe_remove_tree(dir.string());
-      return unpacked.error();
+      return placed;
     }
     std::ofstream(meta_of(incoming_, job), std::ios::trunc) << Json{{"from", from}, {"digest", digest}}.dump();
+    return {};
+  }
+
+  // Moves the parts that dir/kDumpPartsFile lists from incoming/<job>.parts to their places in
+  // `dir`. The list came from another node: each path is checked (place_file.h), each part must
+  // have arrived with the digest listed.
+  Status place_parts(const std::string& job, const fs::path& dir) {
+    const fs::path list_file = dir / kDumpPartsFile;
+    std::error_code ec;
+    if (!fs::exists(list_file, ec)) return {};
+    std::ifstream in(list_file);
+    Json list = Json::parse(std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()), nullptr, false);
+    fs::remove(list_file, ec);
+    if (!list.is_object() || !list.contains("parts") || !list["parts"].is_array()) {
+      return Error::invalid_argument(kDumpPartsFile, "", "not a list of parts: {\"parts\": [{\"path\", \"mode\", \"sha256\"}]}");
+    }
+    std::map<std::string, int> uses;  // a part listed twice (two equal files) is copied for all but its last use
+    for (const Json& entry : list["parts"]) {
+      if (entry.is_object() && entry.contains("sha256") && entry["sha256"].is_string()) ++uses[entry["sha256"].get<std::string>()];
+    }
+    const fs::path parts = parts_of(incoming_, job);
+    for (const Json& entry : list["parts"]) {
+      if (!entry.is_object() || !entry.contains("path") || !entry["path"].is_string() || !entry.contains("sha256") ||
+          !entry["sha256"].is_string() || !entry.contains("mode") || !entry["mode"].is_number_unsigned()) {
+        return Error::invalid_argument(kDumpPartsFile, entry.dump(), "each part is {\"path\", \"mode\", \"sha256\"}");
+      }
+      const std::string path = entry["path"], sha256 = entry["sha256"];
+      if (auto valid = model::validate_digest(std::string(model::kDigestPrefix) + sha256, "sha256"); !valid) {
+        return valid.error();
+      }
+      fs::path part = parts / sha256;
+      if (!fs::is_regular_file(fs::symlink_status(part, ec))) {
+        return Error::invalid_argument("part", path, "its content (sha256 " + sha256 + ") did not arrive before the dump");
+      }
+      if (--uses[sha256] > 0) {
+        const fs::path copy = parts / (sha256 + ".copy");
+        fs::copy_file(part, copy, fs::copy_options::overwrite_existing, ec);
+        if (ec) return Error::internal("cannot copy a part of the dump: " + ec.message());
+        part = copy;
+      }
+      if (auto placed = place_file(part.string(), dir.string(), path, entry["mode"].get<unsigned>()); !placed) {
+        return placed;
+      }
+    }
     return {};
   }
 
@@ -141,9 +212,13 @@ class Endpoint final : public PeerEndpoint {
     std::error_code ec;
     const auto now = fs::file_time_type::clock::now();
     for (const auto& entry : fs::directory_iterator(incoming_, ec)) {
-      if (entry.path().extension() != ".json" || now - entry.last_write_time(ec) < kUnclaimedFor) continue;
-      (void)safe_remove_tree((incoming_ / entry.path().stem()).string());
-      fs::remove(entry.path(), ec);
+      if (now - entry.last_write_time(ec) < kUnclaimedFor) continue;
+      if (entry.path().extension() == ".parts") {
+        (void)safe_remove_tree(entry.path().string());
+      } else if (entry.path().extension() == ".json") {
+        (void)safe_remove_tree((incoming_ / entry.path().stem()).string());
+        fs::remove(entry.path(), ec);
+      }
     }
   }
 
@@ -162,8 +237,12 @@ Result<std::unique_ptr<PeerEndpoint>> PeerEndpoint::start(const std::string& lis
   return std::unique_ptr<PeerEndpoint>(std::move(endpoint));
 }
 
-Status send_dump(const HostPort& address, const std::string& target, const NodeTls& tls, const std::string& job,
-                 const fs::path& archive, const std::string& digest) {
+DumpSender::DumpSender(std::unique_ptr<net::Client> client, std::string target)
+    : client_(std::move(client)), target_(std::move(target)) {}
+DumpSender::~DumpSender() = default;
+
+Result<std::unique_ptr<DumpSender>> DumpSender::connect(const HostPort& address, const std::string& target,
+                                                        const NodeTls& tls) {
   net::ClientOptions options;
   options.url = "https://" + format_host_port(address);
   options.ca_file = tls.ca_file;
@@ -173,10 +252,56 @@ Status send_dump(const HostPort& address, const std::string& target, const NodeT
   options.timeout = kSendTimeout;
   auto client = net::Client::connect(options);
   if (!client) return client.error();
-  auto response = (*client)->upload("PUT", kPathPrefix + job, archive.string(),
-                                    {{"Content-Type", "application/octet-stream"}, {"Checkpoint-Digest", digest}});
+  return std::unique_ptr<DumpSender>(new DumpSender(std::move(*client), target));
+}
+
+Result<std::string> DumpSender::send_part(const std::string& job, const fs::path& file) {
+  auto response = client_->upload("PUT", kPathPrefix + job + kPartsSuffix, file.string(),
+                                  {{"Content-Type", "application/octet-stream"}});
   if (!response) return response.error();
-  if (response->status / 100 != 2) return net::error_from_response(response->status, response->body, "node " + target);
+  if (response->status / 100 != 2) return net::error_from_response(response->status, response->body, "node " + target_);
+  Json answer = Json::parse(response->body, nullptr, false);
+  if (!answer.is_object() || !answer.contains("sha256") || !answer["sha256"].is_string()) {
+    return Error::internal("node " + target_ + " took a part of the dump without saying its digest");
+  }
+  return answer["sha256"].get<std::string>();
+}
+
+Result<int64_t> DumpSender::send_parts(const std::string& job, const fs::path& dump, int64_t min_bytes) {
+  struct Large {
+    fs::path file;
+    unsigned mode;
+  };
+  std::vector<Large> large;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dump, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    const auto status = it->symlink_status(ec);  // a link is packed as a link, never followed
+    if (!ec && fs::is_regular_file(status) && static_cast<int64_t>(it->file_size(ec)) >= min_bytes && !ec) {
+      large.push_back({it->path(), static_cast<unsigned>(status.permissions() & fs::perms::all)});
+    }
+  }
+  if (ec) return Error::internal("cannot list the dump in " + dump.string() + ": " + ec.message());
+  Json parts = Json::array();
+  int64_t sent = 0;
+  for (const Large& part : large) {
+    const int64_t size = static_cast<int64_t>(fs::file_size(part.file, ec));
+    auto sha256 = send_part(job, part.file);
+    if (!sha256) return sha256.error();
+    parts.push_back({{"path", part.file.lexically_relative(dump).generic_string()}, {"mode", part.mode}, {"sha256", *sha256}});
+    fs::remove(part.file, ec);  // it travels as the part now, not in the archive
+    sent += size;
+  }
+  std::ofstream list(dump / kDumpPartsFile, std::ios::trunc);
+  list << Json{{"parts", parts}}.dump();
+  if (!list.flush()) return Error::internal("cannot write " + (dump / kDumpPartsFile).string());
+  return sent;
+}
+
+Status DumpSender::send_archive(const std::string& job, const fs::path& archive, const std::string& digest) {
+  auto response = client_->upload("PUT", kPathPrefix + job, archive.string(),
+                                  {{"Content-Type", "application/octet-stream"}, {"Checkpoint-Digest", digest}});
+  if (!response) return response.error();
+  if (response->status / 100 != 2) return net::error_from_response(response->status, response->body, "node " + target_);
   return {};
 }
 

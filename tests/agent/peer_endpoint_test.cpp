@@ -9,6 +9,8 @@
 #include <fstream>
 
 #include "agent/files/files.h"
+#include "common/json_reader.h"
+#include "net/net.h"
 #include "test_cluster_ca.h"
 
 namespace cnlab::agent {
@@ -47,17 +49,46 @@ class PeerEndpointTest : public ::testing::Test {
               const std::string& target = "node-b") {
     const fs::path file = dir_ / "sent.archive";
     std::ofstream(file, std::ios::binary | std::ios::trunc) << archive;
-    return send_dump({"127.0.0.1", endpoint_->port()}, target, from, job, file, digest);
+    auto sender = DumpSender::connect({"127.0.0.1", endpoint_->port()}, target, from);
+    if (!sender) return sender.error();
+    return (*sender)->send_archive(job, file, digest);
   }
 
-  // What the endpoint left in its directory besides the dumps it keeps (spooled bodies, archives).
+  // Sends the directory `dump` as the source does: its files of `min_bytes` or more as parts, then
+  // the rest packed. The archive's digest, or the error.
+  Result<std::string> send_with_parts(const std::string& job, const fs::path& dump, int64_t min_bytes) {
+    auto sender = DumpSender::connect({"127.0.0.1", endpoint_->port()}, "node-b", node_a_);
+    if (!sender) return sender.error();
+    auto parts = (*sender)->send_parts(job, dump, min_bytes);
+    if (!parts) return parts.error();
+    return send_packed(**sender, job, dump);
+  }
+  Result<std::string> send_packed(DumpSender& sender, const std::string& job, const fs::path& dump) {
+    PackOptions options;
+    options.output_path = (dir_ / "rest.tar").string();
+    options.workspace_rules = false;
+    options.compression_level = 0;
+    auto packed = pack_workspace(dump.string(), options);
+    if (!packed) return packed.error();
+    if (auto sent = sender.send_archive(job, options.output_path, packed->digest); !sent) return sent.error();
+    return packed->digest;
+  }
+
+  // What the endpoint left in its directory besides the dumps it keeps (spooled bodies, archives,
+  // parts).
   std::vector<std::string> leftovers() {
     std::vector<std::string> found;
     for (const auto& entry : fs::directory_iterator(dir_ / "incoming")) {
       const std::string name = entry.path().filename().string();
-      if (name.starts_with(".request-") || entry.path().extension() == ".archive") found.push_back(name);
+      const auto extension = entry.path().extension();
+      if (name.starts_with(".request-") || extension == ".archive" || extension == ".parts") found.push_back(name);
     }
     return found;
+  }
+
+  static std::string read(const fs::path& file) {
+    std::ifstream in(file, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
 
   fs::path dir_;
@@ -91,6 +122,8 @@ TEST_F(PeerEndpointTest, AnEndpointStartingClearsWhatACrashLeftAndKeepsTheDumpsI
   ASSERT_TRUE(send(node_a_, "job-1", archive_, digest_));
   std::ofstream(dir_ / "incoming" / ".request-1-2-3") << "half a body";
   std::ofstream(dir_ / "incoming" / "job-2.archive") << "an archive never unpacked";
+  fs::create_directories(dir_ / "incoming" / "job-3.parts");
+  std::ofstream(dir_ / "incoming" / "job-3.parts" / std::string(64, 'a')) << "a part whose dump never came";
   endpoint_.reset();
   auto restarted = PeerEndpoint::start("127.0.0.1:0", ca_->node("node-b"), dir_ / "incoming", 1 << 20);
   ASSERT_TRUE(restarted) << restarted.error().to_string();
@@ -124,6 +157,71 @@ TEST_F(PeerEndpointTest, ADumpThatDoesNotMatchItsDigestOrAHostileJobNameIsRefuse
   EXPECT_EQ(too_big.error().code, ErrorCode::kTooLarge) << too_big.error().to_string();
   EXPECT_FALSE(fs::exists(dir_ / "incoming" / "job-2.json"));
   EXPECT_THAT(leftovers(), ::testing::IsEmpty()) << "a refused dump leaves nothing behind";
+}
+
+TEST_F(PeerEndpointTest, LargeFilesTravelAsPartsAndArePutBackWhereTheyWere) {
+  const fs::path dump = dir_ / "big-dump";
+  fs::create_directories(dump / "images");
+  fs::create_directories(dump / "tree" / "work");
+  const std::string pages(300 << 10, 'p'), other(200 << 10, 'q');
+  std::ofstream(dump / "images" / "pages-1.img", std::ios::binary) << pages;
+  std::ofstream(dump / "images" / "pages-2.img", std::ios::binary) << pages;  // the same content twice
+  std::ofstream(dump / "tree" / "work" / "model.bin", std::ios::binary) << other;
+  fs::permissions(dump / "tree" / "work" / "model.bin", fs::perms::owner_all);
+  std::ofstream(dump / "images" / "core-1.img") << "small";
+  auto digest = send_with_parts("job-1", dump, 100 << 10);
+  ASSERT_TRUE(digest) << digest.error().to_string();
+  EXPECT_FALSE(fs::exists(dump / "images" / "pages-1.img")) << "sent as a part, not packed again";
+  auto taken = take_incoming_dump(dir_ / "incoming", "job-1", "node-a", *digest, dir_ / "restored");
+  ASSERT_TRUE(taken) << taken.error().to_string();
+  EXPECT_EQ(read(dir_ / "restored" / "images" / "pages-1.img"), pages);
+  EXPECT_EQ(read(dir_ / "restored" / "images" / "pages-2.img"), pages);
+  EXPECT_EQ(read(dir_ / "restored" / "tree" / "work" / "model.bin"), other);
+  EXPECT_EQ(read(dir_ / "restored" / "images" / "core-1.img"), "small");
+  EXPECT_EQ(fs::status(dir_ / "restored" / "tree" / "work" / "model.bin").permissions() & fs::perms::all,
+            fs::perms::owner_all);
+  EXPECT_FALSE(fs::exists(dir_ / "restored" / kDumpPartsFile)) << "the list of parts is the endpoint's, not the job's";
+  EXPECT_THAT(leftovers(), ::testing::IsEmpty());
+}
+
+TEST_F(PeerEndpointTest, AListOfPartsThatClimbsOutOrNamesAPartThatNeverCameIsRefused) {
+  const fs::path dump = dir_ / "hostile";
+  fs::create_directories(dump / "images");
+  std::ofstream(dump / "images" / "pages-1.img", std::ios::binary) << std::string(300 << 10, 'p');
+  auto sender = DumpSender::connect({"127.0.0.1", endpoint_->port()}, "node-b", node_a_);
+  ASSERT_TRUE(sender) << sender.error().to_string();
+  ASSERT_TRUE((*sender)->send_parts("job-1", dump, 100 << 10));
+  Json list = Json::parse(read(dump / kDumpPartsFile));
+  const std::string sha256 = list["parts"][0]["sha256"];
+  for (const Json& parts : {Json::array({{{"path", "../../escaped"}, {"mode", 420}, {"sha256", sha256}}}),
+                            Json::array({{{"path", "images/pages-1.img"}, {"mode", 420}, {"sha256", std::string(64, 'b')}}}),
+                            Json::array({{{"path", "images/pages-1.img"}, {"mode", "rw"}, {"sha256", sha256}}})}) {
+    std::ofstream(dump / kDumpPartsFile, std::ios::trunc) << Json{{"parts", parts}}.dump();
+    auto sent = send_packed(**sender, "job-1", dump);
+    ASSERT_FALSE(sent) << parts.dump();
+    EXPECT_EQ(sent.error().code, ErrorCode::kInvalidArgument) << sent.error().to_string();
+    EXPECT_FALSE(fs::exists(dir_ / "incoming" / "job-1.json")) << parts.dump();
+    EXPECT_FALSE(fs::exists(dir_ / "incoming" / "job-1")) << parts.dump();
+    EXPECT_FALSE(fs::exists(dir_ / "escaped"));
+  }
+  EXPECT_THAT(leftovers(), ::testing::IsEmpty()) << "a refused dump's parts are removed with it";
+}
+
+TEST_F(PeerEndpointTest, AnythingButADumpOrAPartIsNotFound) {
+  net::ClientOptions options;
+  options.url = "https://127.0.0.1:" + std::to_string(endpoint_->port());
+  options.ca_file = node_a_.ca_file;
+  options.cert_file = node_a_.cert_file;
+  options.key_file = node_a_.key_file;
+  options.server_name = net::node_dns_name("node-b");
+  auto client = net::Client::connect(options);
+  ASSERT_TRUE(client) << client.error().to_string();
+  for (const std::string target : {"/v1/migrations/job-1/pieces", "/v1/migrations//parts", "/v1/other/job-1"}) {
+    auto answered = (*client)->request("PUT", target, "pages");
+    ASSERT_TRUE(answered) << answered.error().to_string();
+    EXPECT_NE(answered->status / 100, 2) << target << " " << answered->body;
+  }
+  EXPECT_THAT(leftovers(), ::testing::IsEmpty());
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include "agent/files/digest.h"
 #include "agent/files/disk_space.h"
 #include "agent/files/ignore_rules.h"
+#include "agent/files/place_file.h"
 #include "agent/files/remove_tree.h"
 #include "agent/files/unique_fd.h"
 #include "agent/files/workspace_cache.h"
