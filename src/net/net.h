@@ -16,6 +16,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -105,6 +106,12 @@ struct ServerOptions {
   // for uploads of many GiB. The directory must exist, on the filesystem where the handler keeps
   // what it takes (a rename, not a copy).
   std::function<std::string(const std::string& method, const std::string& path)> spool_dir_for;
+  // When set, called with each request's head (method, target, path, query, headers, remote and
+  // peer names; no body) once its header is read, before any of its body: a Response it returns
+  // (a plain `body`) is sent instead, the body is not read and the handler does not run, and the
+  // connection closes. So a route that takes large uploads refuses a caller whose credential does
+  // not verify before a byte of the upload is stored. Runs on an I/O thread: keep it quick.
+  std::function<std::optional<Response>(const Request& head)> admit;
   size_t max_header_bytes = 16 << 10; // larger header blocks get 431/400
   size_t max_connections = 10000;
   size_t max_stream_backlog_bytes = 4 << 20;

@@ -539,18 +539,22 @@ class Session final : public SessionBase {
       return;
     }
     const auto& head = parser_->get();
-    const std::string method(head.method_string());
-    const std::string target(head.target().data(), head.target().size());
-    const std::string path = target.substr(0, target.find('?'));
+    take_head(head);
+    if (shared_->options.admit) {
+      if (auto refusal = shared_->options.admit(req_)) {
+        response_ = std::move(*refusal);
+        response_.body_file.clear();
+        response_.start_stream = nullptr;
+        head_ = false;
+        write_response(/*close=*/true, /*linger=*/true);
+        return;
+      }
+    }
+    const std::string& method = req_.method;
+    const std::string& path = req_.path;
     body_limit_ = shared_->options.max_body_bytes;
     if (shared_->options.body_limit_for) {
-      std::map<std::string, std::string> headers;
-      for (const auto& field : head) {
-        std::string name(field.name_string().data(), field.name_string().size());
-        for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-        headers[name] = std::string(field.value().data(), field.value().size());
-      }
-      body_limit_ = std::min(body_limit_, shared_->options.body_limit_for(method, path, headers));
+      body_limit_ = std::min(body_limit_, shared_->options.body_limit_for(method, path, req_.headers));
       parser_->body_limit(body_limit_);
     }
     // Also what keeps a spooled body read past the parser (read_raw_body) within the limit.

@@ -110,6 +110,16 @@ std::string Api::spool_dir(const std::string& method, const std::string& path) c
   return *dir;
 }
 
+std::optional<net::Response> Api::admit(const net::Request& head) const {
+  Match match = router_.match(head.method, head.path);
+  if (!match.route) return std::nullopt;
+  const Entry& entry = handlers_[match.route->index];
+  if (entry.body == Body::kJson || entry.public_route) return std::nullopt;
+  auto caller = authenticate(head, ctx_.verifier, ctx_.cache, ctx_.signing.own_issuer, ctx_.clock());
+  if (caller) return std::nullopt;
+  return error_response(caller.error());
+}
+
 net::Response Api::handle(const net::Request& request) {
   auto started = std::chrono::steady_clock::now();
   std::string route_label = "unmatched";

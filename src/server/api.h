@@ -68,6 +68,10 @@ class Api {
   // Where the HTTP layer writes a request's body as it arrives ("" : in memory): checkpoints,
   // as big as a job's memory, go to the checkpoint store's incoming directory.
   std::string spool_dir(const std::string& method, const std::string& path) const;
+  // Refuses an upload (workspace, artifact, checkpoint) from its head alone when its credential
+  // does not verify (401, as the handler would), before its body is read or stored: a forged or
+  // expired token cannot make the server take in 512 MiB. Other routes: nullopt.
+  std::optional<net::Response> admit(const net::Request& head) const;
 
  private:
   using Handler = net::Response (Api::*)(const Call&);

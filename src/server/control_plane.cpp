@@ -88,6 +88,7 @@ class ControlPlaneImpl final : public ControlPlane {
     options.spool_dir_for = [this](const std::string& method, const std::string& path) {
       return api_->spool_dir(method, path);
     };
+    options.admit = [this](const net::Request& head) { return api_->admit(head); };
     auto server = net::Server::start(options, [this](const net::Request& r) { return api_->handle(r); });
     if (!server) return server.error();
     server_ = std::move(*server);

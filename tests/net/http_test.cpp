@@ -502,6 +502,40 @@ TEST(Server, OversizedBodyGets413BeforeTheHandlerRuns) {
   EXPECT_EQ(calls.load(), 1);
 }
 
+TEST(Server, AnAdmitRefusalIsSentFromTheHeadBeforeAnyBodyAndTheHandlerNeverRuns) {
+  std::atomic<int> calls{0};
+  ServerOptions options;
+  options.max_body_bytes = size_t{2} << 30;
+  options.admit = [](const Request& head) -> std::optional<Response> {
+    if (head.path != "/upload" || head.header("authorization") == "Bearer good") return std::nullopt;
+    Response refusal = text("who are you");
+    refusal.status = 401;
+    return refusal;
+  };
+  auto server = start_plain([&](const Request&) {
+    ++calls;
+    return text("taken");
+  }, options);
+  ASSERT_TRUE(server);
+  // A gibibyte declared and none of it sent: the answer comes anyway.
+  RawSocket raw(server->port());
+  ASSERT_TRUE(raw.connected());
+  ASSERT_TRUE(raw.send("PUT /up%6Coad?x=1 HTTP/1.1\r\nHost: a\r\nContent-Length: 1073741824\r\n\r\n"));
+  const std::string answer = raw.read_until("who are you");
+  EXPECT_THAT(answer, ::testing::StartsWith("HTTP/1.1 401"));
+  EXPECT_THAT(answer, HasSubstr("who are you"));
+  EXPECT_EQ(calls.load(), 0);
+  auto client = connect(*server, nullptr);
+  ASSERT_TRUE(client);
+  auto admitted = client->request("PUT", "/upload", "body", {{"Authorization", "Bearer good"}});
+  ASSERT_TRUE(admitted) << admitted.error().to_string();
+  EXPECT_EQ(admitted->status, 200);
+  auto other = client->request("PUT", "/elsewhere", "body");
+  ASSERT_TRUE(other) << other.error().to_string();
+  EXPECT_EQ(other->status, 200);
+  EXPECT_EQ(calls.load(), 2);
+}
+
 // What a spooling route's handler saw.
 struct SpoolProbe {
   std::mutex mu;

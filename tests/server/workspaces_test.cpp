@@ -219,5 +219,20 @@ TEST_F(SmallUploadLimitTest, AWorkspaceOverTheUploadLimitGets413WithTheLimit) {
   EXPECT_EQ(upload(*admin_, digest_of(fits), "default", fits).status, 201);
 }
 
+// A credential that does not verify is refused from the upload's head, before its body is read:
+// the answer is 401 (not the 413 its size would earn), so no byte of it was taken in.
+TEST_F(SmallUploadLimitTest, AnUploadWithAForgedTokenIsRefusedBeforeItsBody) {
+  std::string bytes = archive(70000);
+  std::string forged = server_->admin_token();
+  forged.back() = forged.back() == 'A' ? 'B' : 'A';
+  for (const std::string& token : {forged, std::string("not-a-jwt")}) {
+    auto stranger = server_->client(token);
+    auto r = upload(*stranger, digest_of(bytes), "default", bytes);
+    EXPECT_EQ(r.status, 401) << token << " " << r.body;
+    EXPECT_EQ(Json::parse(r.body)["error"]["code"], "unauthenticated") << r.body;
+  }
+  EXPECT_EQ(upload(*admin_, digest_of(bytes), "default", bytes).status, 413) << "a verified caller gets the size rule";
+}
+
 }  // namespace
 }  // namespace cnlab::server::test_support
