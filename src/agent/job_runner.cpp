@@ -1,5 +1,6 @@
 #include "agent/job_runner.h"
 
+#include "agent/migration_progress.h"
 #include "agent/page_tunnel.h"
 #include "agent/peer_endpoint.h"
 
@@ -424,7 +425,15 @@ bool JobRunner::prepare_and_start() {
     page_tunnel_ = std::move(*tunnel);
     spec.pages_from = "127.0.0.1:" + std::to_string(page_tunnel_->port());
   }
+  // The target of a migration tells the server it is still restoring (memory comes back at a few
+  // seconds per GiB), so that --migration-timeout counts from its latest word, as on the source.
+  std::optional<MigrationProgress> restoring;
+  if (restore_from && job.status.migration) {
+    restoring.emplace(context_.server, context_.token(), job_id_, context_.migration_progress_every);
+    restoring->stage("restoring on " + context_.node);
+  }
   auto handle = context_.runtime->start(spec);
+  restoring.reset();
   if (!handle && restore_from && !job.status.migration) {
     // The dump does not restore here: the job starts again, its directories as they were then.
     spdlog::warn("job restore failed job=\"{}\" error=\"{}\"; starting it again", job_id_, handle.error().to_string());

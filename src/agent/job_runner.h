@@ -74,7 +74,8 @@ struct RunnerContext {
   // CNLAB_CHECKPOINT_DIR and exit before SIGTERM. What it saved is kept in `checkpoints_dir/<job>`
   // and handed back when the job starts here again.
   std::chrono::milliseconds checkpoint_grace{30000};
-  // How often a migration's source reports that it is still at it (migration_progress.h).
+  // How often a migration's source (dumping, sending) and target (restoring) report that they
+  // are still at it (migration_progress.h).
   std::chrono::milliseconds migration_progress_every{10000};
   std::filesystem::path checkpoints_dir;  // <data-dir>/checkpoints
   // Post-copy migrations (`cnlab agent --post-copy`): the address this node's page servers listen

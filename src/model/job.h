@@ -157,9 +157,10 @@ struct Migration {
   // The digest of the dump the source streamed straight to the target's peer endpoint (set with
   // `from`): the target restores only a dump it received from `from` with this digest.
   std::string dump_digest = "";
-  // Before the hand-over: the source's latest word that it is still dumping, packing or sending
-  // (`progress`), so that the server's --migration-timeout counts from here: a dump of many GiB
-  // takes longer than the timeout and still moves; a source that falls silent is given up.
+  // The latest word that the move is still under way (`progress`): from the source while it
+  // dumps and sends, then from the target while it restores. The server's --migration-timeout
+  // counts from here: a job of many GiB takes longer than the timeout and still moves; a node that
+  // falls silent is given up.
   std::optional<Time> progress_at = std::nullopt;
   std::string progress = "";
   bool operator==(const Migration&) const = default;

@@ -605,9 +605,13 @@ net::Response Api::report_job_status(const Call& call) {
           return true;
         }
         if (!migration_progress.empty()) {
-          if (!job.status.migration || !job.status.migration->from.empty() ||
-              job.status.phase != model::JobPhase::kRunning) {
-            return Error::of(ErrorCode::kConflict, "job", id, "no migration of the job from " + call.caller.node + " is under way");
+          // From the source while it dumps and sends (Running, no hand-over yet), or from the
+          // target while it restores (Scheduled there after the hand-over).
+          const bool source = job.status.migration && job.status.migration->from.empty() &&
+                              job.status.phase == model::JobPhase::kRunning;
+          if (!source && !migration_target) {
+            return Error::of(ErrorCode::kConflict, "job", id, "no migration of the job to or from " + call.caller.node +
+                                                                  " is under way");
           }
           job.status.migration->progress_at = call.now;
           job.status.migration->progress = migration_progress;

@@ -99,7 +99,9 @@ void MigrationWatch::check_once() {
         }
       } else if (job.status.phase == model::JobPhase::kPending) {
         why = "the target " + move.to + " was lost before the job ran there";
-      } else if (job.status.phase == model::JobPhase::kScheduled && move.frozen_at && now - *move.frozen_at > timeout_) {
+      } else if (job.status.phase == model::JobPhase::kScheduled && move.frozen_at &&
+                 now - std::max(*move.frozen_at, move.progress_at.value_or(Time{})) > timeout_) {
+        // From the hand-over (frozen_at is set then) or the target's latest word that it is restoring.
         why = fmt::format("the target {} did not restore it within {}", move.to, format_duration(timeout_));
       }
       if (why.empty()) return false;

@@ -193,8 +193,9 @@ for i in range(int(sys.argv[2])):
 print('memory', 'ok' if hashlib.sha256(memory).hexdigest() == digest else 'BAD', flush=True)
 )";
 
-// A dump of GiBs takes far longer to pack, send and unpack than the server's 5 s timeout here: the
-// source's word every second that it is still at it (--migration-progress-every) keeps it going.
+// A dump of GiBs takes far longer to send and restore than the server's 5 s timeout here: the
+// source's word every second that it is still dumping or sending, then the target's that it is
+// still restoring (--migration-progress-every), keep it going.
 class LargeMigrationTest : public MigrationTest {
  protected:
   std::string migration_timeout() const override { return "5s"; }

@@ -148,5 +148,44 @@ TEST_F(MigrationProgressTest, ASourceThatKeepsSayingItIsAtItOutlastsTheTimeoutAn
               HasSubstr("said nothing of its dump for 2s (last: sending 900 MiB)"));
 }
 
+TEST_F(MigrationProgressTest, ATargetThatKeepsSayingItIsRestoringOutlastsTheTimeoutAndOneThatFallsSilentDoesNot) {
+  auto node_1 = server_->client(register_node("gpu-1", "h100", 1));
+  auto node_2 = server_->client(register_node("gpu-2", "h100", 1));
+  Json body = job_body("default", "none", {"sleep", "100"});
+  body["spec"]["checkpointable"] = true;
+  std::string id = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
+  ASSERT_TRUE(wait_for_phase(*admin_, id, "Scheduled"));
+  const std::string from = get_job(*admin_, id)["status"]["placement"][0]["node"];
+  net::Client& source = from == "gpu-1" ? *node_1 : *node_2;
+  net::Client& target = from == "gpu-1" ? *node_2 : *node_1;
+  const std::string to = from == "gpu-1" ? "gpu-2" : "gpu-1";
+  call(source, "PUT", "/v1/jobs/" + id + "/status", 200, {{"phase", "Running"}});
+  call(*admin_, "POST", "/v1/jobs/" + id + "/migrate", 202, {{"to", to}});
+  // Not the target's word before the hand-over binds the job there.
+  call(target, "PUT", "/v1/jobs/" + id + "/status", 404, {{"phase", "Running"}, {"migration_progress", "restoring"}});
+  call(source, "PUT", "/v1/jobs/" + id + "/status", 200,
+       {{"phase", "Running"}, {"migration_handed_over", {{"dump_digest", "sha256:" + std::string(64, 'a')}, {"frozen_at_ms", 1}}}});
+  // The source has handed it over: the job is not its own any more.
+  call(source, "PUT", "/v1/jobs/" + id + "/status", 409, {{"phase", "Running"}, {"migration_progress", "sending"}});
+
+  // Twice the timeout, the target restoring with a word every 400 ms: the migration stays under way.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(4);
+  while (std::chrono::steady_clock::now() < until) {
+    call(target, "PUT", "/v1/jobs/" + id + "/status", 200, {{"phase", "Running"}, {"migration_progress", "restoring on " + to}});
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  }
+  Json restoring = get_job(*admin_, id);
+  ASSERT_TRUE(restoring["status"].contains("migration")) << restoring["status"]["events"].dump();
+  EXPECT_EQ(restoring["status"]["phase"], "Scheduled") << "a word of progress is not the report that it runs";
+  EXPECT_EQ(restoring["status"]["migration"]["progress"], "restoring on " + to);
+
+  // Silent from now on: given up, and the job carries on on the source.
+  ASSERT_TRUE(eventually([&] { return !get_job(*admin_, id)["status"].contains("migration"); }, std::chrono::seconds(10)));
+  Json given_up = get_job(*admin_, id);
+  EXPECT_EQ(given_up["status"]["placement"][0]["node"], from);
+  EXPECT_THAT(given_up["status"]["events"].back()["reason"].get<std::string>(),
+              HasSubstr("the target " + to + " did not restore it within 2s"));
+}
+
 }  // namespace
 }  // namespace cnlab::server::test_support

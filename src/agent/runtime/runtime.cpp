@@ -1133,9 +1133,11 @@ Result<JobHandle> Runtime::start(const ProcessSpec& spec) {
       record->shim_start_time = state->shim_start_time;
     }
   }
-  spdlog::info("job started job=\"{}\" dir=\"{}\" shim_pid={} job_pid={} cgroups={} namespaces={} uid={}", spec.job_id,
+  const auto restore_ms = report.find("restore_ms");  // how long CRIU's restore took, for a restore
+  spdlog::info("job started job=\"{}\" dir=\"{}\" shim_pid={} job_pid={} cgroups={} namespaces={} uid={}{}", spec.job_id,
                dir.string(), shim, record->job_pid, to_string(applied.cgroups), applied.namespaces,
-               user->switch_user ? user->uid : ::geteuid());
+               user->switch_user ? user->uid : ::geteuid(),
+               restore_ms != report.end() && restore_ms->is_number() ? fmt::format(" restore_ms={}", restore_ms->dump()) : "");
   return JobHandle(std::move(record));
 }
 
