@@ -38,8 +38,9 @@ class PeerEndpoint {
   virtual uint16_t port() const = 0;
 };
 
-// Files of a dump this large or larger travel as parts of their own.
-inline constexpr int64_t kDumpPartMinBytes = int64_t{1} << 20;
+// Files of a dump this large or larger travel as parts of their own: the memory pages of a
+// stop-and-copy dump. A post-copy dump (1.4 MiB, no pages) goes whole in the archive, one request.
+inline constexpr int64_t kDumpPartMinBytes = int64_t{8} << 20;
 // In a dump's archive: the list of its parts, {"parts": [{"path", "mode", "sha256"}]}.
 inline constexpr const char* kDumpPartsFile = ".cnlab-dump-parts.json";
 
