@@ -105,16 +105,27 @@ TEST_F(AgentToAgentTest, AMigratingJobIsBoundToItsTargetOnlyOnceTheSourceHandsIt
 class MigrationProgressTest : public AgentToAgentTest {
  protected:
   void SetUp() override { start_server({"--migration-timeout", "2s"}); }
+
+  // Two nodes and a checkpointable job bound to one of them (from_): node_1_ and node_2_.
+  void submit_on_one_of_two() {
+    node_1_ = server_->client(register_node("gpu-1", "h100", 1));
+    node_2_ = server_->client(register_node("gpu-2", "h100", 1));
+    Json body = job_body("default", "none", {"sleep", "100"});
+    body["spec"]["checkpointable"] = true;
+    id_ = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
+    ASSERT_TRUE(wait_for_phase(*admin_, id_, "Scheduled"));
+    from_ = get_job(*admin_, id_)["status"]["placement"][0]["node"];
+  }
+
+  std::unique_ptr<net::Client> node_1_, node_2_;
+  std::string id_, from_;
 };
 
 TEST_F(MigrationProgressTest, ASourceThatKeepsSayingItIsAtItOutlastsTheTimeoutAndOneThatFallsSilentDoesNot) {
-  auto node_1 = server_->client(register_node("gpu-1", "h100", 1));
-  auto node_2 = server_->client(register_node("gpu-2", "h100", 1));
-  Json body = job_body("default", "none", {"sleep", "100"});
-  body["spec"]["checkpointable"] = true;
-  std::string id = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
-  ASSERT_TRUE(wait_for_phase(*admin_, id, "Scheduled"));
-  const std::string from = get_job(*admin_, id)["status"]["placement"][0]["node"];
+  ASSERT_NO_FATAL_FAILURE(submit_on_one_of_two());
+  const std::string id = id_, from = from_;
+  auto& node_1 = node_1_;
+  auto& node_2 = node_2_;
   net::Client& source = from == "gpu-1" ? *node_1 : *node_2;
   net::Client& other = from == "gpu-1" ? *node_2 : *node_1;
   const std::string to = from == "gpu-1" ? "gpu-2" : "gpu-1";
@@ -149,13 +160,10 @@ TEST_F(MigrationProgressTest, ASourceThatKeepsSayingItIsAtItOutlastsTheTimeoutAn
 }
 
 TEST_F(MigrationProgressTest, ATargetThatKeepsSayingItIsRestoringOutlastsTheTimeoutAndOneThatFallsSilentDoesNot) {
-  auto node_1 = server_->client(register_node("gpu-1", "h100", 1));
-  auto node_2 = server_->client(register_node("gpu-2", "h100", 1));
-  Json body = job_body("default", "none", {"sleep", "100"});
-  body["spec"]["checkpointable"] = true;
-  std::string id = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
-  ASSERT_TRUE(wait_for_phase(*admin_, id, "Scheduled"));
-  const std::string from = get_job(*admin_, id)["status"]["placement"][0]["node"];
+  ASSERT_NO_FATAL_FAILURE(submit_on_one_of_two());
+  const std::string id = id_, from = from_;
+  auto& node_1 = node_1_;
+  auto& node_2 = node_2_;
   net::Client& source = from == "gpu-1" ? *node_1 : *node_2;
   net::Client& target = from == "gpu-1" ? *node_2 : *node_1;
   const std::string to = from == "gpu-1" ? "gpu-2" : "gpu-1";
