@@ -140,12 +140,10 @@ class MigrationTest : public AgentCluster {
   static void kill_job_processes(const std::string& id) {
     const std::string marker = "CNLAB_JOB_ID=" + id;
     std::error_code ec;
-    for (const auto& entry : fs::directory_iterator("/proc", ec)) {
-      const std::string pid = entry.path().filename();
+    for (auto it = fs::directory_iterator("/proc", ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+      const std::string pid = it->path().filename();
       if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
-      std::ifstream in(entry.path() / "environ", std::ios::binary);
-      std::string environ((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      if (environ.find(marker + '\0') != std::string::npos) ::kill(std::stoi(pid), SIGKILL);
+      if (read_proc_file(it->path() / "environ").find(marker + '\0') != std::string::npos) ::kill(std::stoi(pid), SIGKILL);
     }
   }
 };

@@ -2,6 +2,7 @@
 // to it over TLS, as users and agents would. Used by the end-to-end API tests.
 #pragma once
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -63,16 +64,29 @@ inline std::pair<int, std::string> run_cnlab(const std::vector<std::string>& arg
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
-// Whether a process other than this test has `marker` in its command line.
+// The whole of /proc/<pid>/<file> ("cmdline", "environ"), or "" when it cannot be read. Plain
+// read(2): a process that exits meanwhile fails the read with ESRCH, which std::ifstream would
+// turn into an exception.
+inline std::string read_proc_file(const std::filesystem::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  std::string content;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(fd, buffer, sizeof buffer)) > 0;) content.append(buffer, static_cast<size_t>(n));
+  ::close(fd);
+  return content;
+}
+
+// Whether a process other than this one has `marker` in its command line.
 inline bool process_with(const std::string& marker) {
   const std::string self = std::to_string(::getpid());
   bool found = false;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    const std::string pid = entry.path().filename();
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator("/proc", ec); !ec && it != std::filesystem::directory_iterator();
+       it.increment(ec)) {
+    const std::string pid = it->path().filename();
     if (pid.empty() || !std::isdigit(static_cast<unsigned char>(pid[0])) || pid == self) continue;
-    std::ifstream in(entry.path() / "cmdline");
-    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (cmdline.find(marker) != std::string::npos) found = true;
+    if (read_proc_file(it->path() / "cmdline").find(marker) != std::string::npos) found = true;
   }
   return found;
 }
