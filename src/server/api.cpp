@@ -7,6 +7,7 @@
 
 #include "server/api_error.h"
 #include "server/blob_files.h"
+#include "server/request_body.h"
 
 namespace cnlab::server {
 
@@ -19,15 +20,18 @@ Api::Api(ApiContext context) : ctx_(std::move(context)) {
   route("PUT", "/v1/jobs/{id}/status", &Api::report_job_status);
   route("GET", "/v1/jobs/{id}/logs", &Api::get_logs);
   route("POST", "/v1/jobs/{id}/logs", &Api::post_logs);
-  route("PUT", "/v1/jobs/{id}/artifacts/{path...}", &Api::put_artifact, /*public_route=*/false, Body::kUpload);
+  route("PUT", "/v1/jobs/{id}/artifacts/{path...}", &Api::put_artifact, /*public_route=*/false, Body::kUpload,
+        &DataDir::artifacts);
   route("GET", "/v1/jobs/{id}/artifacts", &Api::list_artifacts);
   route("GET", "/v1/jobs/{id}/artifacts/{path...}", &Api::get_artifact);
-  route("PUT", "/v1/jobs/{id}/checkpoint", &Api::put_checkpoint, /*public_route=*/false, Body::kCheckpoint);
+  route("PUT", "/v1/jobs/{id}/checkpoint", &Api::put_checkpoint, /*public_route=*/false, Body::kCheckpoint,
+        &DataDir::checkpoints);
   route("GET", "/v1/jobs/{id}/checkpoint", &Api::get_checkpoint);
   route("POST", "/v1/jobs/{id}/checkpoint", &Api::request_checkpoint);
   route("POST", "/v1/jobs/{id}/migrate", &Api::migrate_job);
 
-  route("PUT", "/v1/workspaces/{digest}", &Api::put_workspace, /*public_route=*/false, Body::kUpload);
+  route("PUT", "/v1/workspaces/{digest}", &Api::put_workspace, /*public_route=*/false, Body::kUpload,
+        &DataDir::workspaces);
   route("HEAD", "/v1/workspaces/{digest}", &Api::head_workspace);
   route("GET", "/v1/workspaces/{digest}", &Api::get_workspace);
 
@@ -64,9 +68,9 @@ Api::Api(ApiContext context) : ctx_(std::move(context)) {
 }
 
 void Api::route(const std::string& method, const std::string& pattern, Handler handler, bool public_route,
-                Body body) {
+                Body body, StoreDir store) {
   router_.add(method, pattern);
-  handlers_.push_back({handler, public_route, body});
+  handlers_.push_back({handler, public_route, body, store});
 }
 
 size_t Api::limit_of(Body body) const {
@@ -86,25 +90,26 @@ size_t Api::body_limit(const std::string& method, const std::string& path,
   Match match = router_.match(method, path);
   // Only a caller that sent a credential may send more than a JSON body.
   if (!match.route || !headers.count("authorization")) return ctx_.config.max_body_bytes;
-  const Body body = handlers_[match.route->index].body;
-  size_t limit = std::max(limit_of(body), ctx_.config.max_body_bytes);
-  if (body == Body::kCheckpoint) {
-    // Spooled to disk (spool_dir): without a spool directory, no more than a JSON body in memory;
-    // with one, nothing larger than the disk can take, refused before any of it is sent.
-    if (!blob_incoming_dir(ctx_.dir.checkpoints())) return ctx_.config.max_body_bytes;
-    std::error_code ec;
-    auto space = std::filesystem::space(ctx_.dir.checkpoints(), ec);
-    if (!ec) limit = std::min<uintmax_t>(limit, space.available);
-  }
-  return limit;
+  const Entry& entry = handlers_[match.route->index];
+  if (!entry.store) return ctx_.config.max_body_bytes;
+  // Spooled to disk (spool_dir): without a spool directory, no more than a JSON body in memory;
+  // with one, nothing larger than the disk can take, refused before any of it is sent.
+  const std::string root = (ctx_.dir.*entry.store)();
+  if (!blob_incoming_dir(root)) return ctx_.config.max_body_bytes;
+  uintmax_t limit = std::max(limit_of(entry.body), ctx_.config.max_body_bytes);
+  std::error_code ec;
+  auto space = std::filesystem::space(root, ec);
+  if (!ec) limit = std::min<uintmax_t>(limit, space.available);
+  return static_cast<size_t>(limit);
 }
 
 std::string Api::spool_dir(const std::string& method, const std::string& path) const {
   Match match = router_.match(method, path);
-  if (!match.route || handlers_[match.route->index].body != Body::kCheckpoint) return "";
-  auto dir = blob_incoming_dir(ctx_.dir.checkpoints());
+  if (!match.route || !handlers_[match.route->index].store) return "";
+  const std::string root = (ctx_.dir.*handlers_[match.route->index].store)();
+  auto dir = blob_incoming_dir(root);
   if (!dir) {
-    spdlog::error("checkpoint spool directory unavailable error=\"{}\"", dir.error().to_string());
+    spdlog::error("upload spool directory unavailable root=\"{}\" error=\"{}\"", root, dir.error().to_string());
     return "";  // held in memory instead, where body_limit allows only a JSON body's size
   }
   return *dir;
@@ -147,8 +152,8 @@ net::Response Api::handle(const net::Request& request) {
       const size_t body_limit = limit_of(entry.body);
       Time now = ctx_.clock();
       Caller anonymous;
-      if (entry.body != Body::kCheckpoint && request.body.size() > body_limit) {
-        response = error_response(Error::of(ErrorCode::kTooLarge, "body", std::to_string(request.body.size()) + " bytes",
+      if (entry.body != Body::kCheckpoint && body_size(request) > body_limit) {
+        response = error_response(Error::of(ErrorCode::kTooLarge, "body", std::to_string(body_size(request)) + " bytes",
                                             "over this endpoint's limit of " + std::to_string(body_limit) + " bytes"));
       } else if (Result<Caller> caller = entry.public_route ? Result<Caller>(anonymous)
                                                              : authenticate(request, ctx_.verifier, ctx_.cache,

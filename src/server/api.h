@@ -65,8 +65,9 @@ class Api {
   // (and what the disk holds), everything else the JSON limit.
   size_t body_limit(const std::string& method, const std::string& path,
                     const std::map<std::string, std::string>& headers) const;
-  // Where the HTTP layer writes a request's body as it arrives ("" : in memory): checkpoints,
-  // as big as a job's memory, go to the checkpoint store's incoming directory.
+  // Where the HTTP layer writes a request's body as it arrives ("" : in memory): uploads
+  // (workspaces, artifacts, checkpoints) go to the incoming directory of the store that keeps
+  // them, so that the handler renames the file into place and no upload is held in memory.
   std::string spool_dir(const std::string& method, const std::string& path) const;
   // Refuses an upload (workspace, artifact, checkpoint) from its head alone when its credential
   // does not verify (401, as the handler would), before its body is read or stored: a forged or
@@ -77,11 +78,13 @@ class Api {
   using Handler = net::Response (Api::*)(const Call&);
   enum class Body {
     kJson,        // up to max_body_bytes, in memory
-    kUpload,      // up to max_upload_bytes, in memory
-    kCheckpoint,  // up to max_checkpoint_bytes, spooled to a file (Request::body_file)
+    kUpload,      // up to max_upload_bytes, spooled to a file (Request::body_file)
+    kCheckpoint,  // up to max_checkpoint_bytes, spooled to a file
   };
+  // The data directory's store an upload route keeps its bodies in (its spool is there).
+  using StoreDir = std::string (DataDir::*)() const;
   void route(const std::string& method, const std::string& pattern, Handler handler, bool public_route = false,
-             Body body = Body::kJson);
+             Body body = Body::kJson, StoreDir store = nullptr);
   size_t limit_of(Body body) const;
 
   // Commits `ops` with an audit record of the caller's action; the records written are applied to
@@ -193,6 +196,7 @@ class Api {
     Handler handler;
     bool public_route;
     Body body;
+    StoreDir store;  // with an upload body: where it is spooled
   };
   std::vector<Entry> handlers_;
   std::mutex fanouts_mutex_;

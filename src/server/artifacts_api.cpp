@@ -14,6 +14,7 @@
 #include "server/api.h"
 #include "server/api_error.h"
 #include "server/blob_files.h"
+#include "server/request_body.h"
 
 namespace cnlab::server {
 namespace {
@@ -47,7 +48,7 @@ net::Response Api::put_artifact(const Call& call) {
   const std::string& path = call.param("path");
   if (auto valid = check_relative_path(path, "path"); !valid) return error_response(valid.error());
   const std::string root = ctx_.dir.artifacts();
-  const std::string& body = call.request.body;
+  const size_t size = body_size(call.request);
   const size_t limit = ctx_.config.max_artifact_bytes_per_job;
 
   std::lock_guard lock(job_lock(root, id));
@@ -67,13 +68,13 @@ net::Response Api::put_artifact(const Call& call) {
                                     fmt::format("job {} already keeps {} artifacts, the most a job may keep", id,
                                                 stored->size())));
   }
-  if (others + body.size() > limit) {
+  if (others + size > limit) {
     return error_response(Error::of(
-        ErrorCode::kTooLarge, "body", fmt::format("{} bytes", body.size()),
+        ErrorCode::kTooLarge, "body", fmt::format("{} bytes", size),
         fmt::format("job {} would keep {} bytes of artifacts, over its limit of {} bytes ({} bytes stored{})", id,
-                    others + body.size(), limit, others, replacing ? " besides the file this one replaces" : "")));
+                    others + size, limit, others, replacing ? " besides the file this one replaces" : "")));
   }
-  auto written = write_blob(root, id + "/" + path, body);
+  auto written = store_body(call.request, root, id + "/" + path);
   if (!written) return error_response(without_job(written.error(), id));
   spdlog::info("artifact stored job=\"{}\" path=\"{}\" bytes={} node=\"{}\"", id, path, written->size_bytes,
                call.caller.node);
@@ -102,16 +103,16 @@ net::Response Api::get_artifact(const Call& call) {
   if (!job) return error_response(job.error());
   const std::string& path = call.param("path");
   if (auto valid = check_relative_path(path, "path"); !valid) return error_response(valid.error());
-  auto bytes = read_blob(ctx_.dir.artifacts(), id + "/" + path);
-  if (!bytes) {
-    if (bytes.error().code == ErrorCode::kNotFound) {
+  auto file = blob_file(ctx_.dir.artifacts(), id + "/" + path);
+  if (!file) {
+    if (file.error().code == ErrorCode::kNotFound) {
       return error_response(Error::not_found("path", path, "job " + id + " has no artifact at this path"));
     }
-    return error_response(without_job(bytes.error(), id));
+    return error_response(without_job(file.error(), id));
   }
   net::Response response;
   response.content_type = "application/octet-stream";
-  response.body = std::move(*bytes);
+  response.body_file = std::move(*file);  // sent from the file, never held in memory
   return response;
 }
 

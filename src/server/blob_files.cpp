@@ -259,6 +259,12 @@ std::string sha256_hex_of(std::string_view data) {
   return sha.hex();
 }
 
+Result<std::string> sha256_hex_of_file(const std::string& path) {
+  Fd file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!file.ok()) return Error::not_found("path", path, "cannot open: " + errno_text());
+  return hash_file(file.get(), path);
+}
+
 namespace {
 
 // Where a stored file lands: the temporary directory and the directory it is renamed into.
@@ -393,24 +399,6 @@ Result<std::string> blob_file(const std::string& root, const std::string& relati
   auto fd = open_file(root, relative);
   if (!fd) return fd.error();
   return root + "/" + relative;
-}
-
-Result<std::string> read_blob(const std::string& root, const std::string& relative) {
-  auto fd = open_file(root, relative);
-  if (!fd) return fd.error();
-  struct stat st {};
-  ::fstat(fd->get(), &st);
-  std::string content;
-  content.reserve(static_cast<size_t>(st.st_size));
-  std::string piece(std::min<size_t>(kPiece, static_cast<size_t>(st.st_size) + 1), '\0');
-  while (true) {
-    ssize_t n = ::read(fd->get(), piece.data(), piece.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Error::internal("read " + relative + ": " + errno_text());
-    if (n == 0) break;
-    content.append(piece.data(), static_cast<size_t>(n));
-  }
-  return content;
 }
 
 Status remove_blob(const std::string& root, const std::string& relative) {

@@ -33,6 +33,9 @@ struct BlobInfo {
 // SHA-256 of `data` as 64 lowercase hex digits (OpenSSL EVP, fed in pieces as write_blob does).
 std::string sha256_hex_of(std::string_view data);
 
+// SHA-256 of the file at `path`, read once; kNotFound naming "path" when it cannot be opened.
+Result<std::string> sha256_hex_of_file(const std::string& path);
+
 // Writes `data` as `root/relative`, creating the missing directories on the way (mode 0750): a
 // temporary file in `root/.incoming` hashed while it is written, synced, then renamed into place
 // (replacing a file there) and the directory synced. `accept`, when given, sees the size and hash
@@ -58,13 +61,9 @@ Result<BlobInfo> adopt_blob(const std::string& root, const std::string& relative
                             const std::function<Status(const BlobInfo&)>& accept = {},
                             const std::string& known_sha256 = "");
 
-// The path of the regular file `root/relative`, to send it without reading it here; kNotFound
-// as read_blob.
+// The path of the regular file `root/relative`, to send it without reading it here. kNotFound
+// naming "path" when there is none (a directory or a symbolic link is none).
 Result<std::string> blob_file(const std::string& root, const std::string& relative);
-
-// The regular file `root/relative`, whole. kNotFound naming "path" when there is none (a
-// directory or a symbolic link is none).
-Result<std::string> read_blob(const std::string& root, const std::string& relative);
 
 // Removes the file `root/relative` (never through a symbolic link). Removing what is not there is
 // no error.

@@ -11,19 +11,18 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <mutex>
 #include <set>
 
 #include "server/api.h"
 #include "server/api_error.h"
 #include "server/blob_files.h"
+#include "server/request_body.h"
 #include "server/job_writes.h"
 #include "common/strings.h"
 
 namespace cnlab::server {
 
-namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kDigestHeader = "checkpoint-digest";
@@ -96,9 +95,7 @@ net::Response Api::put_checkpoint(const Call& call) {
     return error_response(Error::invalid_argument("Checkpoint-Kind", kind, "\"files\" or \"process\""));
   }
   // Spooled to a file by the HTTP layer (Api::spool_dir); in memory where that could not be.
-  const std::string& spooled = call.request.body_file;
-  std::error_code ec;
-  const size_t size = spooled.empty() ? call.request.body.size() : static_cast<size_t>(fs::file_size(spooled, ec));
+  const size_t size = body_size(call.request);
   const size_t limit = ctx_.config.max_checkpoint_bytes;
   if (size > limit) {
     return error_response(Error::of(ErrorCode::kTooLarge, "body", fmt::format("{} bytes", size),
@@ -117,8 +114,7 @@ net::Response Api::put_checkpoint(const Call& call) {
                                                "changed on the way or the digest was computed over something else",
                                                info.sha256));
   };
-  auto written = spooled.empty() ? write_blob(root, hex, call.request.body, matches_digest)
-                                 : adopt_blob(root, hex, spooled, matches_digest, call.request.body_sha256);
+  auto written = store_body(call.request, root, hex, matches_digest);
   if (!written) return error_response(written.error());
 
   model::CheckpointRef taken{*digest, written->size_bytes, taken_at, kind};

@@ -12,6 +12,7 @@
 #include "server/api.h"
 #include "server/api_error.h"
 #include "server/blob_files.h"
+#include "server/request_body.h"
 
 namespace cnlab::server {
 namespace {
@@ -119,13 +120,21 @@ net::Response Api::put_workspace(const Call& call) {
     audit_refusal(call, "workspaces.create", target, denied);
     return error_response(denied);
   }
-  const std::string& body = call.request.body;
   const std::string root = ctx_.dir.workspaces();
   auto mismatch = [&](const std::string& computed) {
     return Error::invalid_argument("digest", *digest,
                                    fmt::format("the body's SHA-256 is sha256:{}, not the digest given ({}); the "
                                                "archive changed or the digest was computed over something else",
                                                computed, *digest));
+  };
+  // The body goes into place only when it hashes to the digest, and once.
+  bool stored = false;
+  auto store = [&]() -> Result<BlobInfo> {
+    auto written = store_body(call.request, root, hex, [&](const BlobInfo& info) -> Status {
+      return info.sha256 == hex ? Status::ok() : Status(mismatch(info.sha256));
+    });
+    stored = stored || written.has_value();
+    return written;
   };
 
   // Again (a few times at most) when a concurrent upload or share of the same digest wins a commit.
@@ -134,12 +143,14 @@ net::Response Api::put_workspace(const Call& call) {
     if (!existing && existing.error().code != ErrorCode::kNotFound) return error_response(existing.error());
     if (existing) {
       // Known: a no-op, once the body is shown to be the same bytes (the file is not rewritten).
-      std::string computed = sha256_hex_of(body);
-      if (computed != hex) return error_response(mismatch(computed));
-      if (blob_size(root, hex) != existing->size_bytes) {
+      if (!stored && blob_size(root, hex) == existing->size_bytes) {
+        auto computed = body_sha256(call.request);
+        if (!computed) return error_response(computed.error());
+        if (*computed != hex) return error_response(mismatch(*computed));
+      } else if (!stored) {
         // The archive went missing from the disk (removed by hand): the upload puts it back.
         spdlog::warn("workspace archive missing, rewritten digest=\"{}\"", *digest);
-        if (auto rewritten = write_blob(root, hex, body); !rewritten) return error_response(rewritten.error());
+        if (auto rewritten = store(); !rewritten) return error_response(rewritten.error());
       }
       if (in_project(*existing, project)) return json_response(200, to_json(*existing));
       model::Workspace shared = *existing;
@@ -156,10 +167,7 @@ net::Response Api::put_workspace(const Call& call) {
       continue;
     }
 
-    auto written = write_blob(root, hex, body, [&](const BlobInfo& info) -> Status {
-      if (info.sha256 != hex) return mismatch(info.sha256);
-      return Status::ok();
-    });
+    auto written = store();
     if (!written) return error_response(written.error());
     model::Workspace workspace;
     workspace.meta.name = hex;
@@ -204,14 +212,14 @@ net::Response Api::get_workspace(const Call& call) {
   if (!workspace || !may_read_workspace(call.caller, *workspace)) {
     return error_response(Error::not_found("digest", *digest, "no such workspace"));
   }
-  auto bytes = read_blob(ctx_.dir.workspaces(), hex);
-  if (!bytes) {
-    spdlog::error("workspace archive missing digest=\"{}\" error=\"{}\"", *digest, bytes.error().to_string());
+  auto file = blob_file(ctx_.dir.workspaces(), hex);
+  if (!file) {
+    spdlog::error("workspace archive missing digest=\"{}\" error=\"{}\"", *digest, file.error().to_string());
     return error_response(Error::not_found("digest", *digest, "the workspace's archive is missing on the server; upload it again"));
   }
   net::Response response;
   response.content_type = "application/octet-stream";
-  response.body = std::move(*bytes);
+  response.body_file = std::move(*file);  // sent from the file, never held in memory
   return response;
 }
 

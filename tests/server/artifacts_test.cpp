@@ -3,6 +3,9 @@
 #include <gmock/gmock.h>
 #include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include "auth/auth.h"
 #include "fixtures.h"
 
@@ -10,6 +13,7 @@ namespace cnlab::server::test_support {
 namespace {
 
 using ::testing::HasSubstr;
+namespace fs = std::filesystem;
 
 const std::map<std::string, std::string> kOctets = {{"Content-Type", "application/octet-stream"}};
 
@@ -33,6 +37,10 @@ class ArtifactsTest : public ClusterTest {
     return *r;
   }
   std::string job_dir() const { return server_->data_dir() + "/artifacts/" + job_; }
+  bool spool_is_empty() const {
+    std::error_code ec;
+    return fs::is_empty(server_->data_dir() + "/artifacts/.incoming", ec) || ec;
+  }
 
   std::unique_ptr<net::Client> agent_;
   std::string job_;
@@ -138,6 +146,32 @@ TEST_F(ArtifactsTest, OnlyTheAgentOfTheJobsNodeUploadsAndOnlyThoseWhoSeeTheJobRe
   EXPECT_EQ(admin_->request("GET", "/v1/jobs/no-such-job/artifacts")->status, 404);
 }
 
+// Artifacts are written to disk as they arrive and sent from their file: a job's 80 MiB model never
+// sits in the server's memory.
+TEST_F(ArtifactsTest, ALargeArtifactGoesInAndOutThroughFilesNotTheServersMemory) {
+  start_job();
+  const std::string model = bytes_of(80 << 20, 5);
+  const fs::path dir = fs::path(server_->data_dir()).parent_path() / "large-artifact";
+  fs::create_directories(dir);
+  std::ofstream(dir / "sent", std::ios::binary) << model;
+  const int64_t before = server_->peak_resident_kib();
+  ASSERT_GT(before, 0);
+
+  auto stored = agent_->upload("PUT", "/v1/jobs/" + job_ + "/artifacts/out/model.bin", (dir / "sent").string(), kOctets);
+  ASSERT_TRUE(stored) << stored.error().to_string();
+  ASSERT_EQ(stored->status, 201) << stored->body;
+  EXPECT_EQ(Json::parse(stored->body)["sha256"], auth::sha256_hex(model));
+  auto fetched = admin_->download("/v1/jobs/" + job_ + "/artifacts/out/model.bin", (dir / "fetched").string());
+  ASSERT_TRUE(fetched) << fetched.error().to_string();
+  ASSERT_EQ(fetched->status, 200);
+  EXPECT_TRUE(slurp((dir / "fetched").string()) == model);
+
+  const int64_t grown_kib = server_->peak_resident_kib() - before;
+  EXPECT_LT(grown_kib, 24 << 10) << "the server's peak memory grew by " << grown_kib << " KiB for an 80 MiB artifact";
+  EXPECT_TRUE(spool_is_empty());
+  fs::remove_all(dir);
+}
+
 class ArtifactLimitsTest : public ArtifactsTest {
  protected:
   void SetUp() override {
@@ -162,6 +196,7 @@ TEST_F(ArtifactLimitsTest, UploadsOverTheFileOrTheJobLimitGet413WithTheNumbers) 
   ASSERT_EQ(put(*agent_, "b.bin", bytes_of(35000, 4)).status, 201);
   Json listed = call(*admin_, "GET", "/v1/jobs/" + job_ + "/artifacts", 200);
   EXPECT_EQ(listed["total_bytes"], 100000);
+  EXPECT_TRUE(spool_is_empty()) << "a refused upload leaves no file behind";
 }
 
 }  // namespace

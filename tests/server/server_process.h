@@ -170,6 +170,12 @@ class ServerProcess {
 
   const std::string& url() const { return url_; }
   const std::string& data_dir() const { return data_dir_; }
+  // The most memory the server has held resident since it started (VmHWM), in KiB; -1 unknown.
+  int64_t peak_resident_kib() const {
+    const std::string status = read_proc_file("/proc/" + std::to_string(pid_) + "/status");
+    const size_t at = status.find("VmHWM:");
+    return at == std::string::npos ? -1 : std::stoll(status.substr(at + 6));
+  }
   std::string ca() const { return data_dir_ + "/ca.pem"; }
   std::string admin_token() const { return slurp(data_dir_ + "/admin.token"); }
 

@@ -4,6 +4,9 @@
 #include <gmock/gmock.h>
 #include <sys/stat.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include "auth/auth.h"
 #include "fixtures.h"
 
@@ -11,6 +14,7 @@ namespace cnlab::server::test_support {
 namespace {
 
 using ::testing::HasSubstr;
+namespace fs = std::filesystem;
 
 const std::map<std::string, std::string> kOctets = {{"Content-Type", "application/octet-stream"}};
 
@@ -203,6 +207,41 @@ TEST_F(WorkspacesTest, AJsonEndpointStillRefusesATwoMebibyteBody) {
   // While an upload of the same size goes through.
   std::string bytes = archive(2 << 20);
   EXPECT_EQ(upload(*admin_, digest_of(bytes), "default", bytes).status, 201);
+}
+
+// An upload is written to disk as it arrives and a download sent from the file: neither is held in
+// the server's memory, however large (here 96 MiB against --max-upload-bytes of 512 MiB).
+TEST_F(WorkspacesTest, ALargeWorkspaceGoesInAndOutThroughFilesNotTheServersMemory) {
+  const std::string bytes = archive(96 << 20);
+  const std::string digest = digest_of(bytes);
+  const fs::path dir = fs::path(server_->data_dir()).parent_path() / "large-workspace";
+  fs::create_directories(dir);
+  std::ofstream(dir / "sent", std::ios::binary) << bytes;
+  const int64_t before = server_->peak_resident_kib();
+  ASSERT_GT(before, 0);
+
+  auto wrong = admin_->upload("PUT", "/v1/workspaces/" + digest_of("other") + "?project=default",
+                              (dir / "sent").string(), kOctets);
+  ASSERT_TRUE(wrong) << wrong.error().to_string();
+  EXPECT_EQ(wrong->status, 400) << wrong->body;
+  EXPECT_FALSE(fs::exists(file_of(digest_of("other"))));
+  auto stored = admin_->upload("PUT", "/v1/workspaces/" + digest + "?project=default", (dir / "sent").string(), kOctets);
+  ASSERT_TRUE(stored) << stored.error().to_string();
+  ASSERT_EQ(stored->status, 201) << stored->body;
+  auto again = admin_->upload("PUT", "/v1/workspaces/" + digest + "?project=default", (dir / "sent").string(), kOctets);
+  ASSERT_TRUE(again) << again.error().to_string();
+  EXPECT_EQ(again->status, 200) << again->body;
+  auto fetched = admin_->download("/v1/workspaces/" + digest, (dir / "fetched").string());
+  ASSERT_TRUE(fetched) << fetched.error().to_string();
+  ASSERT_EQ(fetched->status, 200);
+  EXPECT_EQ(fs::file_size(dir / "fetched"), bytes.size());
+  EXPECT_EQ("sha256:" + auth::sha256_hex(slurp((dir / "fetched").string())), digest);
+
+  const int64_t grown_kib = server_->peak_resident_kib() - before;
+  EXPECT_LT(grown_kib, 24 << 10) << "the server's peak memory grew by " << grown_kib << " KiB for a 96 MiB workspace";
+  std::error_code ec;
+  EXPECT_TRUE(fs::is_empty(server_->data_dir() + "/workspaces/.incoming", ec)) << "no upload is left on its way in";
+  fs::remove_all(dir);
 }
 
 class SmallUploadLimitTest : public WorkspacesTest {
