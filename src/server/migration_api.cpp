@@ -72,29 +72,33 @@ net::Response Api::migrate_job(const Call& call) {
     return error_response(Error::failed_precondition("job " + id + " cannot migrate: " + why));
   }
   const std::string source = seen.status.placement.front().node;
-  // The target: the one asked for, or the schedulable node (not the source) with the most free CPU.
+  // The target: the one asked for, or the node (not the source) that can take the job with the
+  // most free CPU.
   auto chosen = ctx_.cache.read([&](const ObjectCache& c) -> Result<std::string> {
+    const auto room = free_room(c);
     if (!to.empty()) {
       auto node = c.nodes.get(to);
       if (!node.object) return Error::not_found("to", to, "no such node");
       if (to == source) return Error::invalid_argument("to", to, "the job already runs there; name another node");
-      if (!node.object->schedulable()) {
-        return Error::failed_precondition(fmt::format("node {} is {}{}: it takes no new work", to,
-                                                      to_string(node.object->phase),
-                                                      node.object->unschedulable ? " (cordoned)" : ""));
-      }
+      std::string why = migration_target_refusal(seen, *node.object, room.at(to));
+      if (!why.empty()) return Error::of(ErrorCode::kFailedPrecondition, "to", to, why);
       return to;
     }
     std::string best;
     int64_t best_cpu = -1;
     c.nodes.for_each([&](const std::string& name, const model::Node& node, int64_t) {
-      if (name == source || !node.schedulable()) return;
-      if (node.cpu_milli > best_cpu) {
+      const NodeRoom& free = room.at(name);
+      if (name == source || !migration_target_refusal(seen, node, free).empty()) return;
+      if (free.cpu_milli > best_cpu) {
         best = name;
-        best_cpu = node.cpu_milli;
+        best_cpu = free.cpu_milli;
       }
     });
-    if (best.empty()) return Error::failed_precondition("no other node takes new work: nowhere to migrate job " + id);
+    if (best.empty()) {
+      return Error::failed_precondition("no other node can take job " + id +
+                                        " (each is cordoned, not Ready, takes no migrations or lacks the CPU or "
+                                        "memory it needs): nowhere to migrate it");
+    }
     return best;
   });
   if (!chosen) return error_response(chosen.error());

@@ -47,6 +47,50 @@ std::string migration_refusal(const model::Job& job) {
   return "";
 }
 
+std::map<std::string, NodeRoom> free_room(const ObjectCache& cache) {
+  std::map<std::string, NodeRoom> room;
+  cache.nodes.for_each([&](const std::string& name, const model::Node& node, int64_t) {
+    room[name] = {node.cpu_milli, node.memory_mib};
+  });
+  auto take = [&](const std::string& node, const model::JobSpec& spec, size_t share, size_t of) {
+    auto it = room.find(node);
+    if (it == room.end()) return;
+    // A gang's host resources split over its nodes in proportion to their GPUs, as placement does.
+    it->second.cpu_milli -= static_cast<int64_t>((static_cast<size_t>(spec.cpu_milli) * share + of - 1) / of);
+    it->second.memory_mib -= static_cast<int64_t>((static_cast<size_t>(spec.memory_mib) * share + of - 1) / of);
+  };
+  cache.jobs.for_each([&](const std::string&, const model::Job& job, int64_t) {
+    const auto phase = job.status.phase;
+    const auto& placement = job.status.placement;
+    if ((phase != model::JobPhase::kRunning && phase != model::JobPhase::kScheduled) || placement.empty()) return;
+    size_t gpus_total = 0;
+    for (const auto& binding : placement) gpus_total += binding.gpus.size();
+    for (const auto& binding : placement) {
+      take(binding.node, job.spec, gpus_total == 0 ? 1 : binding.gpus.size(),
+           gpus_total == 0 ? placement.size() : gpus_total);
+    }
+    if (job.status.migration && placement.size() == 1 && job.status.migration->to != placement.front().node) {
+      take(job.status.migration->to, job.spec, 1, 1);
+    }
+  });
+  return room;
+}
+
+std::string migration_target_refusal(const model::Job& job, const model::Node& node, const NodeRoom& room) {
+  const std::string& name = node.meta.name;
+  if (!node.schedulable()) {
+    return fmt::format("node {} is {}{}: it takes no new work", name, to_string(node.phase),
+                       node.unschedulable ? " (cordoned)" : "");
+  }
+  if (node.peer_address.empty()) return "node " + name + " takes no migrations (its agent reported no peer endpoint)";
+  if (job.spec.cpu_milli > room.cpu_milli || job.spec.memory_mib > room.memory_mib) {
+    return fmt::format("node {} has {} milli-CPU and {} MiB of memory free; the job needs {} and {}", name,
+                       std::max<int64_t>(room.cpu_milli, 0), std::max<int64_t>(room.memory_mib, 0),
+                       job.spec.cpu_milli, job.spec.memory_mib);
+  }
+  return "";
+}
+
 MigrationWatch::MigrationWatch(store::Store& store, ObjectCache& cache, Duration timeout,
                                std::map<std::string, Duration> checkpoint_every, std::function<Time()> clock,
                                std::function<void()> wake_scheduler)

@@ -29,6 +29,17 @@ void roll_back_migration(model::Job& job, Time now, const std::string& why);
 // Why `job` cannot migrate now, or "" when it can.
 std::string migration_refusal(const model::Job& job);
 
+// Host CPU and memory each node has free, as the scheduler counts them: its capacity less what the
+// jobs bound to it (Scheduled or Running) ask for and what the migrations heading there will.
+struct NodeRoom {
+  int64_t cpu_milli = 0;
+  int64_t memory_mib = 0;
+};
+std::map<std::string, NodeRoom> free_room(const ObjectCache& cache);
+// Why `job` cannot move onto `node` (cordoned, not Ready, no peer endpoint, not enough free CPU
+// or memory in `room`), or "" when it can.
+std::string migration_target_refusal(const model::Job& job, const model::Node& node, const NodeRoom& room);
+
 class MigrationWatch {
  public:
   // `checkpoint_every`: priority class -> interval of its periodic checkpoints (none: never).

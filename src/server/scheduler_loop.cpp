@@ -231,17 +231,27 @@ size_t SchedulerLoop::commit(const sched::CycleResult& result) {
   }
   // Moves for room are asked of the agents as `cnlab migrate` asks them (the source freezes and
   // dumps the job, the target restores it; see migrations.h). A move the cluster cannot carry out
-  // (a job holding GPUs, on nodes without cuda-checkpoint) is not asked for, and the job it was for
+  // (a job holding GPUs, on nodes without cuda-checkpoint; a target whose agent takes no
+  // migrations) is not asked for, and the job it was for
   // is not bound: it waits for the next cycle.
   std::set<sched::JobIndex> not_moved;
   // A drain (sched/drain.h) moves every job off a node for power-down, for no waiting job; it is
   // worth its pauses only whole, so when one of a node's drain moves cannot be carried out (a job
   // the scheduler sees running is still only Scheduled), none of them is asked for.
   std::map<std::string, std::string> drain_refused;  // node -> why
+  auto move_refusal = [&](const sched::Migration& m, const model::Job& job) -> std::string {
+    if (m.to.size() != 1) return "the scheduler chose several nodes";
+    if (std::string why = migration_refusal(job); !why.empty()) return why;
+    const model::Node& target = snapshot_.nodes[m.to.front().node];
+    if (target.peer_address.empty()) {
+      return "node " + target.meta.name + " takes no migrations (its agent reported no peer endpoint)";
+    }
+    return "";
+  };
   for (const auto& m : result.migrations) {
     if (m.reason != sched::MoveReason::kDrain) continue;
     const model::Job job = stored_before(m.job);
-    std::string why = m.to.size() == 1 ? migration_refusal(job) : "the scheduler chose several nodes";
+    std::string why = move_refusal(m, job);
     if (!why.empty() && !job.status.placement.empty()) {
       drain_refused.emplace(job.status.placement.front().node, "job " + job.meta.name + " on it cannot move: " + why);
     }
@@ -251,7 +261,7 @@ size_t SchedulerLoop::commit(const sched::CycleResult& result) {
     const std::string& name = snapshot_.jobs[m.job].meta.name;
     const bool drain = m.reason == sched::MoveReason::kDrain;
     const std::string for_job = drain ? "power-down" : snapshot_.jobs[m.for_job].meta.name;
-    std::string why = m.to.size() == 1 ? migration_refusal(job) : "the scheduler chose several nodes";
+    std::string why = move_refusal(m, job);
     if (why.empty() && drain) {
       auto refused = drain_refused.find(job.status.placement.front().node);
       if (refused != drain_refused.end()) why = refused->second;

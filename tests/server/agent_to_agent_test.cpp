@@ -71,14 +71,14 @@ TEST_F(AgentToAgentTest, NoOneGetsACertificateForAnotherNodesName) {
 }
 
 TEST_F(AgentToAgentTest, AMigratingJobIsBoundToItsTargetOnlyOnceTheSourceHandsItsDumpOver) {
-  auto source = server_->client(register_node("gpu-1", "h100", 1));
-  register_node("gpu-2", "h100", 1);
+  auto source = server_->client(register_peer("gpu-1"));
+  register_peer("gpu-2");
   Json body = job_body("default", "none", {"sleep", "100"});
   body["spec"]["checkpointable"] = true;
   std::string id = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
   ASSERT_TRUE(wait_for_phase(*admin_, id, "Scheduled"));
   const std::string from = get_job(*admin_, id)["status"]["placement"][0]["node"];
-  auto agent = from == "gpu-1" ? std::move(source) : server_->client(register_node("gpu-2", "h100", 1));
+  auto agent = from == "gpu-1" ? std::move(source) : server_->client(register_peer("gpu-2"));
   const std::string to = from == "gpu-1" ? "gpu-2" : "gpu-1";
   call(*agent, "PUT", "/v1/jobs/" + id + "/status", 200, {{"phase", "Running"}});
   const std::string digest = "sha256:" + std::string(64, 'a');
@@ -108,8 +108,8 @@ class MigrationProgressTest : public AgentToAgentTest {
 
   // Two nodes and a checkpointable job bound to one of them (from_): node_1_ and node_2_.
   void submit_on_one_of_two() {
-    node_1_ = server_->client(register_node("gpu-1", "h100", 1));
-    node_2_ = server_->client(register_node("gpu-2", "h100", 1));
+    node_1_ = server_->client(register_peer("gpu-1"));
+    node_2_ = server_->client(register_peer("gpu-2"));
     Json body = job_body("default", "none", {"sleep", "100"});
     body["spec"]["checkpointable"] = true;
     id_ = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];

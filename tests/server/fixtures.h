@@ -9,9 +9,12 @@
 
 namespace cnlab::server::test_support {
 
+// `peer_address`: where its agent takes migrating jobs ("": it takes none).
 inline Json node_object(const std::string& name, const std::string& gpu_model, int gpus, int64_t cpu_milli = 64000,
-                        int64_t memory_mib = 512 * 1024) {
-  return model::to_json(model::simulated_node(name, *model::parse_model(gpu_model, "model"), gpus, cpu_milli, memory_mib));
+                        int64_t memory_mib = 512 * 1024, const std::string& peer_address = "") {
+  model::Node node = model::simulated_node(name, *model::parse_model(gpu_model, "model"), gpus, cpu_milli, memory_mib);
+  node.peer_address = peer_address;
+  return model::to_json(node);
 }
 
 inline Json job_body(const std::string& project, const std::string& gpu, std::vector<std::string> command = {"true"}) {
@@ -40,12 +43,17 @@ class ClusterTest : public ::testing::Test {
   }
 
   // Registers a node with a fresh join token; returns the node's credential.
-  std::string register_node(const std::string& name, const std::string& gpu_model, int gpus) {
+  std::string register_node(const std::string& name, const std::string& gpu_model, int gpus, Json node = nullptr) {
     Json join = call(*admin_, "POST", "/v1/join-tokens", 201, {{"ttl", "1h"}});
     auto anonymous = server_->client("");
-    Json registered = call(*anonymous, "POST", "/v1/nodes", 201,
-                           {{"join_token", join["token"]}, {"node", node_object(name, gpu_model, gpus)}});
+    if (node.is_null()) node = node_object(name, gpu_model, gpus);
+    Json registered = call(*anonymous, "POST", "/v1/nodes", 201, {{"join_token", join["token"]}, {"node", node}});
     return registered["token"];
+  }
+
+  // A node of one H100 whose agent takes migrating jobs (it reported a peer endpoint).
+  std::string register_peer(const std::string& name, int64_t cpu_milli = 64000) {
+    return register_node(name, "h100", 1, node_object(name, "h100", 1, cpu_milli, 512 * 1024, "127.0.0.1:7443"));
   }
 
   Json get_job(net::Client& client, const std::string& id) { return call(client, "GET", "/v1/jobs/" + id, 200); }

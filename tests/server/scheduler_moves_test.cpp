@@ -22,12 +22,13 @@ class SchedulerMovesTest : public ClusterTest {
     start_server({"--scheduler-config", config_dir_.path() + "/scheduler.json"});
   }
 
-  // Registers a node of `gpus` H100s, 4 cores and 16 GiB; returns a client with its credential.
-  std::unique_ptr<net::Client> add_node(const std::string& name, int gpus) {
+  // Registers a node of `gpus` H100s, 4 cores and 16 GiB, whose agent takes migrating jobs unless
+  // `takes_migrations` is false; returns a client with its credential.
+  std::unique_ptr<net::Client> add_node(const std::string& name, int gpus, bool takes_migrations = true) {
     Json join = call(*admin_, "POST", "/v1/join-tokens", 201, {{"ttl", "1h"}});
     auto anonymous = server_->client("");
     Json registered = call(*anonymous, "POST", "/v1/nodes", 201,
-                           {{"join_token", join["token"]}, {"node", node_object(name, "h100", gpus, 4000, 16 * 1024)}});
+                           {{"join_token", join["token"]}, {"node", node_object(name, "h100", gpus, 4000, 16 * 1024, takes_migrations ? "127.0.0.1:7443" : "")}});
     return server_->client(registered["token"]);
   }
 
@@ -118,6 +119,20 @@ TEST_F(SchedulerMovesTest, AMoveTheNodesCannotCarryOutIsNotAskedForAndTheWaiting
     return server_log().find("scheduler move not carried out") != std::string::npos;
   })) << server_log();
   EXPECT_THAT(server_log(), HasSubstr("for=\"" + waiting + "\""));
+  EXPECT_EQ(get_job(*admin_, waiting)["status"]["phase"], "Pending");
+  EXPECT_FALSE(get_job(*admin_, first)["status"].contains("migration"));
+  EXPECT_FALSE(get_job(*admin_, second)["status"].contains("migration"));
+}
+
+TEST_F(SchedulerMovesTest, ANodeWhoseAgentTakesNoMigrationsIsNoTarget) {
+  agents_["n1"] = add_node("n1", 1, /*takes_migrations=*/false);
+  agents_["n2"] = add_node("n2", 1, /*takes_migrations=*/false);
+  auto [first, second] = one_job_per_node("none", 1000);
+  Json body = job_body("default", "none", {"sleep", "100"});
+  body["spec"]["cpu_milli"] = 4000;
+  std::string waiting = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
+  ASSERT_TRUE(eventually([&] { return server_log().find("takes no migrations") != std::string::npos; })) << server_log();
+  EXPECT_THAT(server_log(), HasSubstr("scheduler move not carried out"));
   EXPECT_EQ(get_job(*admin_, waiting)["status"]["phase"], "Pending");
   EXPECT_FALSE(get_job(*admin_, first)["status"].contains("migration"));
   EXPECT_FALSE(get_job(*admin_, second)["status"].contains("migration"));

@@ -1,0 +1,108 @@
+// `cnlab migrate` and `cnlab checkpoint` as the API takes them (POST /v1/jobs/{id}/migrate and
+// /checkpoint): who may ask, which jobs can move, and which nodes can take them. The agents' side
+// (dumping, streaming, restoring) is in tests/e2e/migration_test.cpp.
+#include <gmock/gmock.h>
+
+#include "fixtures.h"
+
+namespace cnlab::server::test_support {
+namespace {
+
+using ::testing::HasSubstr;
+
+class MigrateApiTest : public ClusterTest {
+ protected:
+  // A checkpointable job asking `cpu_milli` of host CPU, Running on gpu-1 (the only node when it
+  // is placed), its agent's credential in source_.
+  std::string running_job(int64_t cpu_milli, const std::string& project = "default") {
+    if (!source_) source_ = server_->client(register_peer("gpu-1", 8000));
+    Json body = job_body(project, "none", {"sleep", "100"});
+    body["spec"]["checkpointable"] = true;
+    body["spec"]["cpu_milli"] = cpu_milli;
+    std::string id = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
+    EXPECT_TRUE(wait_for_phase(*admin_, id, "Scheduled"));
+    call(*source_, "PUT", "/v1/jobs/" + id + "/status", 200, {{"phase", "Running"}});
+    return id;
+  }
+  Json migrate(const std::string& id, int status, const Json& body = Json::object()) {
+    return call(*admin_, "POST", "/v1/jobs/" + id + "/migrate", status, body);
+  }
+
+  std::unique_ptr<net::Client> source_;
+};
+
+TEST_F(MigrateApiTest, AnotherProjectsJobIsNotFoundAndAViewerMayNeitherMoveNorCheckpointIt) {
+  std::string id = running_job(1000);
+  register_peer("gpu-2");
+  create_project("vision");
+  auto stranger = server_->client(token_for("mallory", "vision", "member"));
+  auto viewer = server_->client(token_for("victor", "default", "viewer"));
+  for (const std::string verb : {"migrate", "checkpoint"}) {
+    Json hidden = call(*stranger, "POST", "/v1/jobs/" + id + "/" + verb, 404, {{"to", "gpu-2"}});
+    EXPECT_EQ(hidden["error"]["field"], "job") << hidden.dump();
+    Json denied = call(*viewer, "POST", "/v1/jobs/" + id + "/" + verb, 403, {{"to", "gpu-2"}});
+    EXPECT_EQ(denied["error"]["code"], "permission_denied") << denied.dump();
+  }
+  Json job = get_job(*admin_, id);
+  EXPECT_FALSE(job["status"].contains("migration")) << job.dump();
+  EXPECT_FALSE(job["status"].contains("checkpoint_requested_at")) << job.dump();
+  EXPECT_THAT(call(*admin_, "GET", "/v1/audit?limit=100", 200).dump(), HasSubstr("jobs.migrate"));
+}
+
+TEST_F(MigrateApiTest, ATargetThatCannotTakeTheJobIsRefusedSayingWhy) {
+  std::string id = running_job(3000);
+  register_peer("small", 2000);
+  register_node("no-peer", "h100", 1);
+  register_peer("cordoned");
+  call(*admin_, "POST", "/v1/nodes/cordoned/cordon", 200);
+
+  Json small = migrate(id, 422, {{"to", "small"}});
+  EXPECT_EQ(small["error"]["field"], "to") << small.dump();
+  EXPECT_THAT(small.dump(), HasSubstr("node small has 2000 milli-CPU")) << small.dump();
+  EXPECT_THAT(small.dump(), HasSubstr("the job needs 3000")) << small.dump();
+  EXPECT_THAT(migrate(id, 422, {{"to", "no-peer"}}).dump(), HasSubstr("takes no migrations"));
+  EXPECT_THAT(migrate(id, 422, {{"to", "cordoned"}}).dump(), HasSubstr("(cordoned)"));
+  EXPECT_EQ(migrate(id, 404, {{"to", "node-zzz"}})["error"]["field"], "to");
+  EXPECT_EQ(migrate(id, 400, {{"to", "gpu-1"}})["error"]["field"], "to") << "the node it runs on";
+  EXPECT_EQ(migrate(id, 400, {{"to", 5}})["error"]["field"], "to");
+  EXPECT_EQ(migrate(id, 400, {{"node", "small"}})["error"]["field"], "node");
+  // Asked for no node: none of these can take it.
+  EXPECT_THAT(migrate(id, 422).dump(), HasSubstr("nowhere to migrate it"));
+  EXPECT_FALSE(get_job(*admin_, id)["status"].contains("migration"));
+
+  // Without a node named, the one that can take it.
+  register_peer("roomy", 16000);
+  Json moving = migrate(id, 202);
+  EXPECT_EQ(moving["status"]["migration"]["to"], "roomy") << moving.dump();
+}
+
+TEST_F(MigrateApiTest, RoomPromisedToAMoveUnderWayIsNotPromisedTwice) {
+  std::string first = running_job(3000), second = running_job(3000);
+  register_peer("gpu-2", 4000);
+  EXPECT_EQ(migrate(first, 202, {{"to", "gpu-2"}})["status"]["migration"]["to"], "gpu-2");
+  Json refused = migrate(second, 422, {{"to", "gpu-2"}});
+  EXPECT_THAT(refused.dump(), HasSubstr("node gpu-2 has 1000 milli-CPU")) << refused.dump();
+  EXPECT_THAT(migrate(first, 422, {{"to", "gpu-2"}}).dump(), HasSubstr("already under way"));
+}
+
+TEST_F(MigrateApiTest, OnlyARunningCheckpointableJobMoves) {
+  source_ = server_->client(register_peer("gpu-1", 8000));
+  Json body = job_body("default", "none", {"sleep", "100"});
+  body["spec"]["checkpointable"] = true;
+  std::string scheduled = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
+  body["spec"]["checkpointable"] = false;
+  std::string plain = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
+  ASSERT_TRUE(wait_for_phase(*admin_, scheduled, "Scheduled"));
+  ASSERT_TRUE(wait_for_phase(*admin_, plain, "Scheduled"));
+  call(*source_, "PUT", "/v1/jobs/" + plain + "/status", 200, {{"phase", "Running"}});
+  register_peer("gpu-2");
+
+  EXPECT_THAT(migrate(scheduled, 422).dump(), HasSubstr("only a Running job migrates"));
+  EXPECT_THAT(call(*admin_, "POST", "/v1/jobs/" + scheduled + "/checkpoint", 409).dump(),
+              HasSubstr("only a Running job is checkpointed"));
+  EXPECT_THAT(migrate(plain, 422).dump(), HasSubstr("not checkpointable"));
+  EXPECT_THAT(call(*admin_, "POST", "/v1/jobs/" + plain + "/checkpoint", 422).dump(), HasSubstr("not checkpointable"));
+}
+
+}  // namespace
+}  // namespace cnlab::server::test_support
