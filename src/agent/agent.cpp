@@ -160,6 +160,8 @@ class AgentImpl final : public Agent {
   // This node's certificate and the endpoint other agents stream migrating jobs to; on failure
   // (logged) the node neither sends nor takes live migrations.
   void start_peer_endpoint();
+  // Asks the server whether a dump sent here was asked for (PeerEndpoint's check).
+  ExpectedMove expected_move();
   // From the heartbeat thread, every certificate_check_interval: a certificate with a third of its
   // life left (or gone) is renewed, and the peer endpoint restarted with it on the same port (gates
   // and tunnels read it when they open).
@@ -433,7 +435,7 @@ void AgentImpl::renew_node_certificate() {
   if (!renewed) return;
   const std::string listen = report_input_.peer_address;
   peer_endpoint_.reset();  // frees the port for its successor
-  auto endpoint = PeerEndpoint::start(listen, *tls, context_.incoming_dir, kMaxMigrationDumpBytes);
+  auto endpoint = PeerEndpoint::start(listen, *tls, context_.incoming_dir, kMaxMigrationDumpBytes, expected_move());
   if (!endpoint) {
     spdlog::error("live migrations off: the peer endpoint did not restart node=\"{}\" error=\"{}\"", name_,
                   endpoint.error().to_string());
@@ -441,6 +443,24 @@ void AgentImpl::renew_node_certificate() {
     return;
   }
   peer_endpoint_ = std::move(*endpoint);
+}
+
+ExpectedMove AgentImpl::expected_move() {
+  return [this](const std::string& job, const std::string& from) -> Status {
+    // The server shows a node the jobs moving to it; the source is where the job is bound until
+    // it hands its dump over.
+    ServerApi api(context_.server, token(), std::chrono::seconds(10));
+    auto seen = api.call("GET", "/v1/jobs/" + job);
+    if (!seen) return seen.error();
+    const Json& status = (*seen)["status"];
+    const Json& move = status.value("migration", Json::object());
+    const Json& placement = status.value("placement", Json::array());
+    const std::string source = placement.size() == 1 ? placement[0].value("node", "") : "";
+    if (move.value("to", "") != name_ || (source != from && move.value("from", "") != from)) {
+      return Error::of(ErrorCode::kPermissionDenied, "job", job, "the server has no such move");
+    }
+    return Status::ok();
+  };
 }
 
 void AgentImpl::start_peer_endpoint() {
@@ -453,7 +473,8 @@ void AgentImpl::start_peer_endpoint() {
   auto where = parse_host_port(report_input_.address, "--address");
   const std::string host = where ? where->host : report_input_.address;
   const fs::path incoming = fs::path(config_.data_dir) / "incoming";
-  auto endpoint = PeerEndpoint::start(format_host_port({host, config_.peer_port}), *tls, incoming, kMaxMigrationDumpBytes);
+  auto endpoint = PeerEndpoint::start(format_host_port({host, config_.peer_port}), *tls, incoming,
+                                      kMaxMigrationDumpBytes, expected_move());
   if (!endpoint) {
     spdlog::warn("live migrations off: the peer endpoint node=\"{}\" error=\"{}\"", name_, endpoint.error().to_string());
     return;

@@ -23,6 +23,7 @@ constexpr const char* kPathPrefix = "/v1/migrations/";
 constexpr const char* kPartsSuffix = "/parts";
 constexpr auto kUnclaimedFor = 1h;  // a migration's target binds within minutes (--migration-timeout)
 constexpr auto kSendTimeout = 10min;
+constexpr auto kAdmittedFor = 10min;  // a move's dump is sent within minutes of its request
 
 net::Response answer(int status, const Json& body) {
   net::Response response;
@@ -49,9 +50,18 @@ std::string sender_of(const net::Request& request) {
 fs::path meta_of(const fs::path& incoming, const std::string& job) { return incoming / (job + ".json"); }
 fs::path parts_of(const fs::path& incoming, const std::string& job) { return incoming / (job + ".parts"); }
 
+// The job a request is for ("" when its path is none of this endpoint's) and whether it sends a part.
+std::pair<std::string, bool> job_of(const std::string& path) {
+  std::string job = path.rfind(kPathPrefix, 0) == 0 ? path.substr(std::string(kPathPrefix).size()) : "";
+  const bool part = job.ends_with(kPartsSuffix);
+  if (part) job.resize(job.size() - std::string(kPartsSuffix).size());
+  return {job, part};
+}
+
 class Endpoint final : public PeerEndpoint {
  public:
-  Endpoint(fs::path incoming, int64_t max_dump_bytes) : incoming_(std::move(incoming)), max_dump_bytes_(max_dump_bytes) {}
+  Endpoint(fs::path incoming, int64_t max_dump_bytes, ExpectedMove expected)
+      : incoming_(std::move(incoming)), max_dump_bytes_(max_dump_bytes), expected_(std::move(expected)) {}
   ~Endpoint() override {
     if (server_) server_->stop();
   }
@@ -81,6 +91,7 @@ class Endpoint final : public PeerEndpoint {
       return static_cast<size_t>(std::min(max_dump_bytes_, free_disk_bytes(incoming_)));
     };
     options.spool_dir_for = [this](const std::string&, const std::string&) { return incoming_.string(); };
+    options.admit = [this](const net::Request& head) { return admit(head); };
     auto server = net::Server::start(options, [this](const net::Request& request) { return handle(request); });
     if (!server) return server.error();
     server_ = std::move(*server);
@@ -89,12 +100,36 @@ class Endpoint final : public PeerEndpoint {
   uint16_t port() const override { return server_->port(); }
 
  private:
+  // From a request's head, before any of its body is read: only a dump of a move the server asked
+  // for, from that move's source, gets in. Other requests go on to handle(), which refuses them.
+  std::optional<net::Response> admit(const net::Request& head) {
+    const std::string from = sender_of(head);
+    const auto [job, part] = job_of(head.path);
+    if (from.empty() || head.method != "PUT" || job.empty() || !model::validate_name(job, "job")) return std::nullopt;
+    const auto now = std::chrono::steady_clock::now();
+    {
+      std::lock_guard lock(expected_mutex_);
+      auto known = admitted_.find(job);
+      if (known != admitted_.end() && known->second.first == from && now - known->second.second < kAdmittedFor) {
+        return std::nullopt;
+      }
+    }
+    if (Status asked = expected_(job, from); !asked) {
+      spdlog::warn("migration dump refused job=\"{}\" from=\"{}\" error=\"{}\"", job, from, asked.error().to_string());
+      return refuse(403, Error::of(ErrorCode::kPermissionDenied, "job", job,
+                                   "no move of this job from " + from + " to this node was asked for: " +
+                                       asked.error().message));
+    }
+    std::lock_guard lock(expected_mutex_);
+    std::erase_if(admitted_, [&](const auto& entry) { return now - entry.second.second >= kAdmittedFor; });
+    admitted_[job] = {from, now};
+    return std::nullopt;
+  }
+
   net::Response handle(const net::Request& request) {
     const std::string from = sender_of(request);
     if (from.empty()) return refuse(403, Error::of(ErrorCode::kPermissionDenied, "certificate", "", "only nodes send dumps"));
-    std::string job = request.path.rfind(kPathPrefix, 0) == 0 ? request.path.substr(std::string(kPathPrefix).size()) : "";
-    const bool part = job.ends_with(kPartsSuffix);
-    if (part) job.resize(job.size() - std::string(kPartsSuffix).size());
+    const auto [job, part] = job_of(request.path);
     if (request.method != "PUT" || job.empty()) {
       return refuse(404, Error::not_found("path", request.path,
                                           "this endpoint takes PUT /v1/migrations/{job} and PUT /v1/migrations/{job}/parts"));
@@ -224,6 +259,11 @@ class Endpoint final : public PeerEndpoint {
 
   fs::path incoming_;
   int64_t max_dump_bytes_;
+  ExpectedMove expected_;
+  std::mutex expected_mutex_;
+  // Moves the server confirmed: job -> (its source, when), so that each part of a dump does not ask
+  // again. A job cancelled meanwhile is not restored: the server never binds it here.
+  std::map<std::string, std::pair<std::string, std::chrono::steady_clock::time_point>> admitted_;
   std::mutex mutex_;  // one dump kept at a time
   std::unique_ptr<net::Server> server_;
 };
@@ -231,8 +271,9 @@ class Endpoint final : public PeerEndpoint {
 }  // namespace
 
 Result<std::unique_ptr<PeerEndpoint>> PeerEndpoint::start(const std::string& listen, const NodeTls& tls,
-                                                          const fs::path& incoming, int64_t max_dump_bytes) {
-  auto endpoint = std::make_unique<Endpoint>(incoming, max_dump_bytes);
+                                                          const fs::path& incoming, int64_t max_dump_bytes,
+                                                          ExpectedMove expected) {
+  auto endpoint = std::make_unique<Endpoint>(incoming, max_dump_bytes, std::move(expected));
   if (auto started = endpoint->start(listen, tls); !started) return started.error();
   return std::unique_ptr<PeerEndpoint>(std::move(endpoint));
 }

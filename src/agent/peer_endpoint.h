@@ -8,10 +8,13 @@
 // and its parts put back, under its `incoming` directory with the name of the node that sent it,
 // and restores the job from it only once the server binds the job there with a migration from
 // that node naming that digest (take_incoming_dump). A dump or parts nobody claims are removed
-// after an hour.
+// after an hour. Nothing of a dump is read unless the server has asked for that job to move from
+// its sender to this node (ExpectedMove, asked from each request's head), so no node can fill
+// another's disk with dumps nobody asked for.
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -28,12 +31,18 @@ namespace cnlab::agent {
 // The largest dump archive a peer endpoint takes (and a source packs): a job's memory, stored.
 inline constexpr int64_t kMaxMigrationDumpBytes = int64_t{64} << 30;
 
+// Whether the server has asked for `job` to move from node `from` to this one: ok, or the refusal
+// (a kPermissionDenied saying so, or why it could not be told).
+using ExpectedMove = std::function<Status(const std::string& job, const std::string& from)>;
+
 class PeerEndpoint {
  public:
   // Listens on `listen` ("HOST:PORT", port 0: the kernel picks) with `tls`, taking dumps of up to
-  // `max_dump_bytes` into `incoming`, written there as they arrive (never held in memory).
+  // `max_dump_bytes` into `incoming`, written there as they arrive (never held in memory), of the
+  // moves `expected` says were asked for (an answer is remembered for a few minutes).
   static Result<std::unique_ptr<PeerEndpoint>> start(const std::string& listen, const NodeTls& tls,
-                                                     const std::filesystem::path& incoming, int64_t max_dump_bytes);
+                                                     const std::filesystem::path& incoming, int64_t max_dump_bytes,
+                                                     ExpectedMove expected);
   virtual ~PeerEndpoint() = default;
   virtual uint16_t port() const = 0;
 };

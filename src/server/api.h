@@ -115,8 +115,9 @@ class Api {
   net::Response post_logs(const Call& call);
   // The job as served: the scheduler's current waiting reason filled in.
   Json job_json(const model::Job& job) const;
-  // Finds a job the caller may see; another project's job is "not found".
-  Result<Cached<model::Job>> visible_job(const Call& call, const std::string& id);
+  // Finds a job the caller may see; another project's job is "not found". With `incoming`, a node
+  // also sees a job moving to it (its peer endpoint checks that a dump sent to it was asked for).
+  Result<Cached<model::Job>> visible_job(const Call& call, const std::string& id, bool incoming = false);
 
   // nodes_api.cpp
   net::Response register_node(const Call& call);

@@ -186,15 +186,16 @@ Json Api::job_json(const model::Job& job) const {
   return out;
 }
 
-Result<Cached<model::Job>> Api::visible_job(const Call& call, const std::string& id) {
+Result<Cached<model::Job>> Api::visible_job(const Call& call, const std::string& id, bool incoming) {
   auto cached = ctx_.cache.read([&](const ObjectCache& c) { return c.jobs.get(id); });
   // A node sees the jobs bound to it, and one it is migrating away (it holds the frozen copy
   // until the target has taken over, or the job comes back to it).
-  auto migrating_from = [&](const model::Job& job) {
-    return job.status.migration && job.status.migration->from == call.caller.node;
+  auto migrating = [&](const model::Job& job) {
+    return job.status.migration && (job.status.migration->from == call.caller.node ||
+                                    (incoming && job.status.migration->to == call.caller.node));
   };
   bool visible = cached.object && (call.caller.is_node()
-                                       ? bound_to(*cached.object, call.caller.node) || migrating_from(*cached.object)
+                                       ? bound_to(*cached.object, call.caller.node) || migrating(*cached.object)
                                        : call.caller.sees(cached.object->spec.project));
   if (!visible) return Error::not_found("job", id, "no such job");
   return cached;
@@ -456,7 +457,7 @@ net::Response Api::list_jobs(const Call& call) {
 }
 
 net::Response Api::get_job(const Call& call) {
-  auto job = visible_job(call, call.param("id"));
+  auto job = visible_job(call, call.param("id"), /*incoming=*/true);
   if (!job) return error_response(job.error());
   return json_response(200, job_json(*job->object));
 }

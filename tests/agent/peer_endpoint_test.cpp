@@ -5,8 +5,10 @@
 
 #include <gmock/gmock.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "agent/files/files.h"
 #include "common/json_reader.h"
@@ -26,7 +28,7 @@ class PeerEndpointTest : public ::testing::Test {
     dir_ = ::mkdtemp(name);
     ca_ = std::make_unique<TestClusterCa>(dir_ / "cluster");
     node_a_ = ca_->node("node-a");
-    auto endpoint = PeerEndpoint::start("127.0.0.1:0", ca_->node("node-b"), dir_ / "incoming", 1 << 20);
+    auto endpoint = start_endpoint();
     ASSERT_TRUE(endpoint) << endpoint.error().to_string();
     endpoint_ = std::move(*endpoint);
     // A dump: its images and the job's files, packed as the source packs it.
@@ -43,6 +45,20 @@ class PeerEndpointTest : public ::testing::Test {
     archive_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
   void TearDown() override { fs::remove_all(dir_); }
+
+  // node-b's endpoint; the moves it is told were asked for: those `moves_` lists (job -> source),
+  // each question counted.
+  Result<std::unique_ptr<PeerEndpoint>> start_endpoint() {
+    return PeerEndpoint::start("127.0.0.1:0", ca_->node("node-b"), dir_ / "incoming", 1 << 20,
+                               [this](const std::string& job, const std::string& from) -> Status {
+                                 ++asked_;
+                                 auto move = moves_.find(job);
+                                 if (move == moves_.end() || move->second != from) {
+                                   return Error::of(ErrorCode::kPermissionDenied, "job", job, "the server has no such move");
+                                 }
+                                 return Status::ok();
+                               });
+  }
 
   // Sends `archive` (its bytes) as the source does: from a file.
   Status send(const NodeTls& from, const std::string& job, const std::string& archive, const std::string& digest,
@@ -92,6 +108,9 @@ class PeerEndpointTest : public ::testing::Test {
   }
 
   fs::path dir_;
+  std::map<std::string, std::string> moves_ = {{"job-1", "node-a"}, {"job-2", "node-a"}, {"job-3", "node-a"},
+                                               {"..%2F..%2Fetc", "node-a"}};
+  std::atomic<int> asked_{0};
   std::unique_ptr<TestClusterCa> ca_;
   NodeTls node_a_;
   std::unique_ptr<PeerEndpoint> endpoint_;
@@ -125,7 +144,7 @@ TEST_F(PeerEndpointTest, AnEndpointStartingClearsWhatACrashLeftAndKeepsTheDumpsI
   fs::create_directories(dir_ / "incoming" / "job-3.parts");
   std::ofstream(dir_ / "incoming" / "job-3.parts" / std::string(64, 'a')) << "a part whose dump never came";
   endpoint_.reset();
-  auto restarted = PeerEndpoint::start("127.0.0.1:0", ca_->node("node-b"), dir_ / "incoming", 1 << 20);
+  auto restarted = start_endpoint();
   ASSERT_TRUE(restarted) << restarted.error().to_string();
   EXPECT_THAT(leftovers(), ::testing::IsEmpty());
   EXPECT_TRUE(take_incoming_dump(dir_ / "incoming", "job-1", "node-a", digest_, dir_ / "restored"));
@@ -141,6 +160,29 @@ TEST_F(PeerEndpointTest, AStrangerOrAWrongTargetGetsNoDumpThrough) {
   ASSERT_FALSE(wrong) << "the endpoint is node-b's, not the target's";
   EXPECT_THAT(wrong.error().message, HasSubstr("node-c.node.cnlab"));
   EXPECT_FALSE(fs::exists(dir_ / "incoming" / "job-1.json"));
+}
+
+// A node with a valid certificate still gets nothing in for a move the server did not ask for, or
+// asked of another source: refused from the request's head, before any of its body is stored.
+TEST_F(PeerEndpointTest, ADumpOfAMoveTheServerDidNotAskForIsRefusedBeforeItsBody) {
+  moves_ = {{"job-1", "node-c"}};
+  auto from_wrong_source = send(node_a_, "job-1", archive_, digest_);
+  ASSERT_FALSE(from_wrong_source);
+  EXPECT_EQ(from_wrong_source.error().code, ErrorCode::kPermissionDenied) << from_wrong_source.error().to_string();
+  EXPECT_THAT(from_wrong_source.error().message, HasSubstr("no move of this job from node-a"));
+  auto never_asked = send_with_parts("job-9", dir_ / "dump", 4);
+  ASSERT_FALSE(never_asked);
+  EXPECT_EQ(never_asked.error().code, ErrorCode::kPermissionDenied) << never_asked.error().to_string();
+  EXPECT_FALSE(fs::exists(dir_ / "incoming" / "job-1.json"));
+  EXPECT_THAT(leftovers(), ::testing::IsEmpty()) << "nothing of a refused dump is kept";
+
+  // Once asked for, the dump and each of its parts get in, and the server is asked once.
+  moves_ = {{"job-1", "node-a"}};
+  asked_ = 0;
+  auto sent = send_with_parts("job-1", dir_ / "dump", 4);
+  ASSERT_TRUE(sent) << sent.error().to_string();
+  EXPECT_EQ(asked_, 1);
+  EXPECT_TRUE(take_incoming_dump(dir_ / "incoming", "job-1", "node-a", *sent, dir_ / "restored"));
 }
 
 TEST_F(PeerEndpointTest, ADumpThatDoesNotMatchItsDigestOrAHostileJobNameIsRefused) {

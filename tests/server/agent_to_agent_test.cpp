@@ -72,21 +72,29 @@ TEST_F(AgentToAgentTest, NoOneGetsACertificateForAnotherNodesName) {
 
 TEST_F(AgentToAgentTest, AMigratingJobIsBoundToItsTargetOnlyOnceTheSourceHandsItsDumpOver) {
   auto source = server_->client(register_peer("gpu-1"));
-  register_peer("gpu-2");
+  auto bystander = server_->client(register_peer("gpu-3", 500));  // too small for the job's 1000 milli-CPU
   Json body = job_body("default", "none", {"sleep", "100"});
   body["spec"]["checkpointable"] = true;
   std::string id = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
   ASSERT_TRUE(wait_for_phase(*admin_, id, "Scheduled"));
   const std::string from = get_job(*admin_, id)["status"]["placement"][0]["node"];
-  auto agent = from == "gpu-1" ? std::move(source) : server_->client(register_peer("gpu-2"));
-  const std::string to = from == "gpu-1" ? "gpu-2" : "gpu-1";
+  ASSERT_EQ(from, "gpu-1");
+  auto target = server_->client(register_peer("gpu-2"));
+  auto agent = std::move(source);
+  const std::string to = "gpu-2";
   call(*agent, "PUT", "/v1/jobs/" + id + "/status", 200, {{"phase", "Running"}});
   const std::string digest = "sha256:" + std::string(64, 'a');
   Json early = call(*agent, "PUT", "/v1/jobs/" + id + "/status", 409,
                     {{"phase", "Running"}, {"migration_handed_over", {{"dump_digest", digest}}}});
   EXPECT_THAT(early.dump(), HasSubstr("no migration of the job")) << "no migration was asked for";
 
+  call(*target, "GET", "/v1/jobs/" + id, 404);
   call(*admin_, "POST", "/v1/jobs/" + id + "/migrate", 202, {{"to", to}});
+  // The target sees the job moving to it (its peer endpoint asks before it takes the dump); no
+  // other node does.
+  EXPECT_EQ(call(*target, "GET", "/v1/jobs/" + id, 200)["status"]["migration"]["to"], to);
+  call(*bystander, "GET", "/v1/jobs/" + id, 404);
+  call(*target, "GET", "/v1/jobs/" + id + "/checkpoint", 404);
   Json bad = call(*agent, "PUT", "/v1/jobs/" + id + "/status", 400,
                   {{"phase", "Running"}, {"migration_handed_over", {{"dump_digest", "sha256:../x"}}}});
   EXPECT_EQ(bad["error"]["field"], "migration_handed_over.dump_digest") << bad.dump();
