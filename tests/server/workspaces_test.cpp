@@ -238,6 +238,7 @@ TEST_F(WorkspacesTest, ALargeWorkspaceGoesInAndOutThroughFilesNotTheServersMemor
   EXPECT_EQ("sha256:" + auth::sha256_hex(slurp((dir / "fetched").string())), digest);
 
   const int64_t grown_kib = server_->peak_resident_kib() - before;
+  RecordProperty("server_peak_growth_kib", std::to_string(grown_kib));
   EXPECT_LT(grown_kib, 24 << 10) << "the server's peak memory grew by " << grown_kib << " KiB for a 96 MiB workspace";
   std::error_code ec;
   EXPECT_TRUE(fs::is_empty(server_->data_dir() + "/workspaces/.incoming", ec)) << "no upload is left on its way in";
