@@ -61,8 +61,8 @@ class Api {
   explicit Api(ApiContext context);
   net::Response handle(const net::Request& request);
   // The body a request may send, decided from its head before the body is read: uploads (from a
-  // caller that sent a credential) up to the upload limit, checkpoints up to the checkpoint limit
-  // (and what the disk holds), everything else the JSON limit.
+  // caller that sent a credential) up to the upload limit, checkpoints up to the checkpoint limit,
+  // both within what the disk holds; everything else the JSON limit.
   size_t body_limit(const std::string& method, const std::string& path,
                     const std::map<std::string, std::string>& headers) const;
   // Where the HTTP layer writes a request's body as it arrives ("" : in memory): uploads
