@@ -103,7 +103,7 @@ void add_migrate_commands(CLI::App& app, std::shared_ptr<ClientFlags> flags) {
   auto timeout = std::make_shared<int64_t>(300);
   auto* migrate_app = app.add_subcommand("migrate", "Move a running job to another node, live");
   migrate_app->add_option("JOB", *migrate_id, "Job id (train-6f3ae726)")->required();
-  migrate_app->add_option("--to", *to, "The node to move it to (default: the other node with the most free CPU)");
+  migrate_app->add_option("--to", *to, "The node to move it to (default: of the nodes that can take it, the one with the most free CPU)");
   migrate_app->add_flag("--no-wait", *no_wait, "Return once the migration is requested");
   migrate_app->add_option("--timeout", *timeout, "Seconds to wait for the outcome")->capture_default_str();
   migrate_app->footer("Example: cnlab migrate train-6f3ae726 --to gpu-node-7");
