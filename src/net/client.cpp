@@ -281,7 +281,11 @@ class ClientImpl final : public Client {
 
   beast::tcp_stream& lowest() { return tls_ ? beast::get_lowest_layer(*tls_) : *plain_; }
 
+  // Runs the operation just started to completion. An interrupt() that came before it (between two
+  // operations, or while connecting, when its posted cancel found nothing to cancel) cancels it
+  // here; one that comes while it waits is the posted cancel, run inside ioc_.run().
   void run() {
+    if (interrupted_ && (tls_ || plain_)) lowest().cancel();
     ioc_.restart();
     ioc_.run();
   }

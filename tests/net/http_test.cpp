@@ -1030,6 +1030,27 @@ TEST(Stream, InterruptFromAnotherThreadEndsAWaitingStreamAndLaterCalls) {
   EXPECT_THAT(later.error().message, HasSubstr("interrupted"));
 }
 
+// However an interrupt falls against the client's steps (connecting, the TLS handshake, sending,
+// the first read), the call it interrupts ends as interrupted, never by running into its timeout:
+// an agent stopping had to wait out its watch's 60 s timeout when it fell between two steps.
+TEST(Stream, AnInterruptAtAnyMomentOfAStreamsStepsEndsIt) {
+  Pki pki;
+  StreamProbe probe;
+  auto server = start_tls(pki, [&](const Request& request) { return probe.handle(request); });
+  ASSERT_TRUE(server);
+  for (int i = 0; i < 60; ++i) {
+    auto client = Client::connect({.url = server->url(), .ca_file = pki.ca_cert, .timeout = 3s});
+    ASSERT_TRUE(client);
+    Result<int> status = 0;
+    std::thread reader([&] { status = (*client)->stream("GET", "/watch", [](std::string_view) { return true; }); });
+    std::this_thread::sleep_for(std::chrono::microseconds(100 * (i % 30)));  // 0 to 2.9 ms into it
+    (*client)->interrupt();
+    reader.join();
+    ASSERT_FALSE(status) << "iteration " << i;
+    EXPECT_THAT(status.error().message, ::testing::Not(HasSubstr("timeout"))) << "iteration " << i;
+  }
+}
+
 TEST(Stream, ReaderThatNeverReadsIsCutOffOnceItsBacklogPassesTheLimit) {
   StreamProbe probe;
   constexpr size_t kBacklog = 256 << 10;
