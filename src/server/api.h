@@ -51,6 +51,8 @@ struct ApiContext {
   std::function<Time()> clock;
   std::function<JobWaiting(const std::string&)> waiting;  // the scheduler's, for a pending job
   std::function<NodeIdle(const std::string&)> node_idle;  // the scheduler's, for a node
+  // The scheduler's: no cycle decides while the lock is held (see SchedulerLoop::hold_decisions).
+  std::function<std::unique_lock<std::mutex>()> hold_scheduler;
 };
 
 // A request's body as a JSON object, or an error naming "body".

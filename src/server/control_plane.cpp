@@ -68,7 +68,8 @@ class ControlPlaneImpl final : public ControlPlane {
     api_ = std::make_unique<Api>(ApiContext{config_, dir_, *store_, *verifier_, signing_, metrics_, *cache_, quotas_,
                                             *logs_, [this] { loop_->wake(); }, system_now,
                                             [this](const std::string& id) { return loop_->waiting(id); },
-                                            [this](const std::string& node) { return loop_->idle(node); }});
+                                            [this](const std::string& node) { return loop_->idle(node); },
+                                            [this] { return loop_->hold_decisions(); }});
     net::ServerOptions options;
     options.listen = config_.listen;
     options.tls = !config_.plain_http;

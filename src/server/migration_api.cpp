@@ -72,6 +72,9 @@ net::Response Api::migrate_job(const Call& call) {
     return error_response(Error::failed_precondition("job " + id + " cannot migrate: " + why));
   }
   const std::string source = seen.status.placement.front().node;
+  // Checked and recorded with no scheduler cycle in between, nor another migrate request: neither
+  // can then spend the room this move counts on.
+  auto no_cycle = ctx_.hold_scheduler();
   // The target: the one asked for, or the node (not the source) that can take the job with the
   // most free CPU.
   auto chosen = ctx_.cache.read([&](const ObjectCache& c) -> Result<std::string> {

@@ -147,6 +147,7 @@ void SchedulerLoop::sync() {
 
 CycleReport SchedulerLoop::run_once() {
   CycleReport report;
+  std::lock_guard deciding(decisions_mutex_);
   auto started = std::chrono::steady_clock::now();
   sync();
   Time now = clock_();

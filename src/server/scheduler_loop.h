@@ -63,6 +63,10 @@ class SchedulerLoop {
   // as of the latest cycle.
   NodeIdle idle(const std::string& node) const;
   size_t power_down_candidates() const;
+  // Holds off the next cycle (one under way finishes first) while the caller decides how a node's
+  // free room is spent (`cnlab migrate`), so a cycle never plans with room that is being promised
+  // elsewhere and two callers never promise the same room.
+  std::unique_lock<std::mutex> hold_decisions() { return std::unique_lock<std::mutex>(decisions_mutex_); }
 
  private:
   void on_change(const Change& change);
@@ -88,6 +92,7 @@ class SchedulerLoop {
   std::vector<int64_t> job_revision_;  // per snapshot job: the revision it was copied at
   std::vector<model::JobPhase> job_stored_phase_;  // Scheduled shows as Running to the scheduler
   Time last_usage_at_{};
+  std::mutex decisions_mutex_;  // held by a cycle from its sync to its commit
 
   std::mutex dirty_mutex_;
   std::set<std::string> dirty_jobs_;

@@ -3,6 +3,11 @@
 // (dumping, streaming, restoring) is in tests/e2e/migration_test.cpp.
 #include <gmock/gmock.h>
 
+#include <algorithm>
+#include <atomic>
+#include <thread>
+#include <vector>
+
 #include "fixtures.h"
 
 namespace cnlab::server::test_support {
@@ -83,6 +88,31 @@ TEST_F(MigrateApiTest, RoomPromisedToAMoveUnderWayIsNotPromisedTwice) {
   Json refused = migrate(second, 422, {{"to", "gpu-2"}});
   EXPECT_THAT(refused.dump(), HasSubstr("node gpu-2 has 1000 milli-CPU")) << refused.dump();
   EXPECT_THAT(migrate(first, 422, {{"to", "gpu-2"}}).dump(), HasSubstr("already under way"));
+}
+
+TEST_F(MigrateApiTest, MovesAskedForAtOnceNeverShareTheRoomOfOneTarget) {
+  // Room on gpu-2 for one of these jobs; each asks for it from its own connection at once.
+  source_ = server_->client(register_peer("gpu-1", 32000));
+  std::vector<std::string> ids;
+  for (int i = 0; i < 6; ++i) ids.push_back(running_job(3000));
+  register_peer("gpu-2", 4000);
+  std::vector<int> statuses(ids.size());
+  std::vector<std::thread> askers;
+  std::atomic<bool> go{false};
+  for (size_t i = 0; i < ids.size(); ++i) {
+    askers.emplace_back([&, i, client = server_->client(server_->admin_token())]() mutable {
+      while (!go) std::this_thread::yield();
+      auto response = client->request("POST", "/v1/jobs/" + ids[i] + "/migrate", Json{{"to", "gpu-2"}}.dump());
+      statuses[i] = response ? response->status : -1;
+    });
+  }
+  go = true;
+  for (auto& asker : askers) asker.join();
+  EXPECT_EQ(std::count(statuses.begin(), statuses.end(), 202), 1) << ::testing::PrintToString(statuses);
+  EXPECT_EQ(std::count(statuses.begin(), statuses.end(), 422), static_cast<long>(ids.size()) - 1);
+  int moving = 0;
+  for (const auto& id : ids) moving += get_job(*admin_, id)["status"].contains("migration") ? 1 : 0;
+  EXPECT_EQ(moving, 1);
 }
 
 TEST_F(MigrateApiTest, OnlyARunningCheckpointableJobMoves) {
