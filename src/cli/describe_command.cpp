@@ -97,8 +97,9 @@ void run_describe(const ClientFlags& flags, const DescribeArgs& args) {
   if (status.contains("placement") && status["placement"].is_array() && !status["placement"].empty()) {
     bool first = true;
     for (const Json& node : status["placement"]) {
-      std::string text = node.value("node", "") + ":";
-      for (const Json& g : node.value("gpus", Json::array())) {
+      const Json gpus = node.value("gpus", Json::array());
+      std::string text = node.value("node", "") + (gpus.empty() ? " (no GPUs)" : ":");
+      for (const Json& g : gpus) {
         int blocks = g.value("blocks", 0);
         text += " gpu" + std::to_string(g.value("index", 0)) + "=" +
                 (blocks == 100 ? std::string("whole") : std::to_string(blocks) + " blocks");

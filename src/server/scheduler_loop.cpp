@@ -31,6 +31,7 @@ struct Groups {
 };
 
 std::string grants_text(const model::NodeBinding& binding) {
+  if (binding.gpus.empty()) return binding.node + " (no GPUs)";
   std::string out = binding.node + ":";
   for (const auto& g : binding.gpus) out += fmt::format(" gpu{}={}", g.index, g.blocks);
   return out;

@@ -19,6 +19,7 @@ namespace cnlab::server::test_support {
 namespace {
 
 using ::testing::AllOf;
+using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 using ::testing::Not;
 namespace fs = std::filesystem;
@@ -288,6 +289,23 @@ TEST_F(CliLookTest, NodesNamesANodeIdleForPowerDownAfterAsAPowerDownCandidate) {
     return nodes.out.find("power-down candidate (idle ") != std::string::npos;
   })) << nodes.out << nodes.err;
   EXPECT_EQ(nodes.code, 0);
+}
+
+TEST_F(CliLookTest, DescribeSaysWhereAJobRunsWithItsGpusOrNone) {
+  add_agent("gpu-1");
+  two_teams();
+  std::string train = submit("alice", "vision", "h100-50", "train");
+  std::string prep = submit("alice", "vision", "none", "prep");
+  wait_running(train);
+  wait_running(prep);
+
+  Ran with_gpu = cnlab(home("alice"), {"describe", train});
+  ASSERT_EQ(with_gpu.code, 0) << with_gpu.err;
+  EXPECT_THAT(with_gpu.out, ContainsRegex("Placement: +gpu-1: gpu[01]=50 blocks, [0-9.]+ GiB VRAM"));
+  EXPECT_THAT(with_gpu.out, ContainsRegex("bound to gpu-1: gpu[01]=50"));
+  Ran without = cnlab(home("alice"), {"describe", prep});
+  ASSERT_EQ(without.code, 0) << without.err;
+  EXPECT_THAT(without.out, AllOf(HasSubstr("Placement:   gpu-1 (no GPUs)\n"), HasSubstr("bound to gpu-1 (no GPUs)\n")));
 }
 
 TEST_F(CliLookTest, NodesAndGpusShowTheSimulatedNodeAndWhoHoldsWhichBlocks) {
