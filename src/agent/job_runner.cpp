@@ -146,6 +146,7 @@ Result<std::shared_ptr<JobRunner>> JobRunner::adopt(const RunnerContext& context
   runner->reported_running_ = state.value("reported_running", false);
   runner->seq_base_ = state.value("seq_base", uint64_t{0});
   runner->running_ = handle->status().state == JobState::kRunning;
+  runner->frozen_at_adopt_ = runner->running_ && handle->frozen();
   runner->thread_ = std::thread([r = runner.get()] { r->run(); });
   return runner;
 }
@@ -189,6 +190,28 @@ bool JobRunner::still_here() {
     if (active && b.node == context_.node) return true;
   }
   return false;
+}
+
+bool JobRunner::settle_adopted_freeze() {
+  const auto now = std::chrono::steady_clock::now();
+  if (now - freeze_checked_at_ < 500ms) return false;
+  freeze_checked_at_ = now;
+  auto answer = api_.call("GET", "/v1/jobs/" + job_id_);
+  if (!answer) return false;  // gone from here (stopped as such) or no answer (asked again)
+  auto job = model::job_from_json(*answer);
+  if (!job) return false;
+  if (job->status.migration && job->status.migration->from == context_.node) return false;  // its outcome decides
+  bool here = false;
+  for (const auto& b : job->status.placement) here |= b.node == context_.node;
+  const bool active = job->status.phase == model::JobPhase::kScheduled || job->status.phase == model::JobPhase::kRunning;
+  if (!here || !active) return false;
+  if (auto thawed = handle_->thaw(); !thawed) {
+    spdlog::error("job left frozen not thawed job=\"{}\" error=\"{}\"", job_id_, thawed.error().to_string());
+    return false;
+  }
+  frozen_at_adopt_ = false;
+  note("the agent restarted while the job was frozen for a dump; it carries on here");
+  return true;
 }
 
 bool JobRunner::leaving() const {
@@ -478,7 +501,8 @@ void JobRunner::supervise() {
       reason = stop_reason_;
     }
     if (reason != StopReason::kNone && !stop_sent_.exchange(true)) {
-      bool checkpoint = reason == StopReason::kGone && checkpointable() && !migrated_away_;
+      // A copy adopted frozen may be running elsewhere already: it is stopped, never dumped.
+      bool checkpoint = reason == StopReason::kGone && checkpointable() && !migrated_away_ && !frozen_at_adopt_;
       std::string refusal = checkpoint ? transparent_refusal() : "";
       spdlog::info("job stopping job=\"{}\" reason={} checkpoint={} transparent={}", job_id_,
                    reason == StopReason::kCancelled ? "cancelled" : "gone", checkpoint, checkpoint && refusal.empty());
@@ -497,7 +521,9 @@ void JobRunner::supervise() {
         (void)handle.stop(grace);
       });
     }
-    if (reason == StopReason::kNone && reported_running_) {
+    // Nothing moves or dumps a copy adopted frozen until the server says whose it is.
+    const bool settled = !frozen_at_adopt_ || settle_adopted_freeze();
+    if (reason == StopReason::kNone && reported_running_ && settled) {
       std::optional<model::Migration> migration;
       std::optional<Time> requested;
       {

@@ -214,6 +214,12 @@ class JobRunner {
   Status save_state();
   void save_cursor();  // save_state, at most once a second
   bool still_here();   // asks the server whether the job is still active on this node
+  // An agent that died while the job was frozen for a dump (a migration, a checkpoint) left it
+  // frozen; the one that adopts it asks the server (at most twice a second) until it can tell
+  // what to do. Thaws it when the job is still active here and no dump of it was handed over from
+  // here; a handed-over dump's migration decides (rolled back: thawed; taken: the job is gone from
+  // here and is stopped, without a dump, since a copy runs elsewhere). True once thawed.
+  bool settle_adopted_freeze();
   // Sleeps up to `duration` or until detached; false when detached.
   bool pause(std::chrono::milliseconds duration);
   bool detached() const { return detached_.load(); }
@@ -243,6 +249,8 @@ class JobRunner {
   std::atomic<bool> migrating_out_{false};     // frozen for a migration: stops wait for its outcome
   std::atomic<bool> process_dumped_{false};    // a pre-emption dumped it into dir_/process
   std::atomic<bool> migrated_away_{false};     // the target runs it: nothing to upload here
+  std::atomic<bool> frozen_at_adopt_{false};   // adopted frozen, not yet thawed: see settle_adopted_freeze
+  std::chrono::steady_clock::time_point freeze_checked_at_{};
   // A post-copy target's way to the source's page gate, while `criu lazy-pages` pulls the memory.
   std::unique_ptr<PageTunnel> page_tunnel_;
   std::thread stopper_;

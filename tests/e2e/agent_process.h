@@ -62,6 +62,11 @@ class AgentProcess {
     pid_ = -1;
   }
 
+  // A signal to the running agent, which goes on (SIGSTOP: it stops answering until SIGCONT).
+  void signal(int sig) {
+    if (pid_ > 0) ::kill(pid_, sig);
+  }
+
   const std::string& data_dir() const { return data_dir_; }
   const std::string& metrics_url() const { return metrics_url_; }
   std::string log() const { return slurp(data_dir_ + ".log"); }

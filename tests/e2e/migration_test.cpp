@@ -346,6 +346,32 @@ TEST_F(MigrationTest, ATargetThatDiesMidMigrationLeavesTheJobRunningOnTheSource)
   cancel_and_wait(id);
 }
 
+TEST_F(MigrationTest, ASourceAgentThatDiesWhileItsJobIsFrozenForAMoveLetsItCarryOnWhenItComesBack) {
+  add_agent("node-a", "h100");
+  add_agent("node-b", "h100");
+  std::string id = submit_counter(0);
+  ASSERT_TRUE(eventually([&] { return last_tick(id) >= 5; }, 20s));
+  const std::string source = placed_on(id), target = source == "node-a" ? "node-b" : "node-a";
+  AgentProcess& from = *agents_[source == "node-a" ? 0 : 1];
+  AgentProcess& to = *agents_[source == "node-a" ? 1 : 0];
+  // The target stops answering, so the source, the job dumped and frozen, waits to send it; then
+  // the source's agent dies there, and the target comes back.
+  to.signal(SIGSTOP);
+  call(*admin_, "POST", "/v1/jobs/" + id + "/migrate", 202, {{"to", target}});
+  const bool dumped = eventually(
+      [&] { return from.log().find("job checkpointed job=\"" + id + "\"") != std::string::npos; }, 20s);
+  from.stop(SIGKILL);
+  to.signal(SIGCONT);
+  ASSERT_TRUE(dumped) << events(id) << from.log();
+  const int at = last_tick(id);
+  // The agent that comes back finds the job frozen, and it carries on (here, or moved after all).
+  from.start();
+  ASSERT_TRUE(eventually([&] { return last_tick(id) >= at + 10; }, 30s)) << events(id) << from.log();
+  EXPECT_EQ(get_job(*admin_, id)["status"]["phase"], "Running");
+  expect_unbroken(ticks(texts(logs(id))), at + 10);
+  cancel_and_wait(id);
+}
+
 TEST_F(MigrationTest, AJobOnANodeThatDiedResumesFromItsLatestCheckpointOnAnother) {
   add_agent("node-a", "h100");
   std::string id = submit_counter(0);

@@ -760,6 +760,16 @@ Status JobHandle::thaw() const {
   return {};
 }
 
+bool JobHandle::frozen() const {
+  const JobRecord& record = *record_;
+  if (record.job_pid <= 0) return false;
+  auto stat = cgroups::read_file(fmt::format("/proc/{}/stat", record.job_pid));
+  if (!stat) return false;
+  // "PID (COMM) STATE ...": COMM may hold any character, so the state follows the last ')'.
+  const size_t close = stat->rfind(')');
+  return close != std::string::npos && close + 2 < stat->size() && (*stat)[close + 2] == 'T';
+}
+
 Result<int> rewrite_checkpoint_paths(const fs::path& images, const fs::path& from, const fs::path& to) {
   return criu::rewrite_paths(images, from.string(), to.string());
 }

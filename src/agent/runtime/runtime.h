@@ -232,6 +232,9 @@ class JobHandle {
                                                     int port) const;
   // Continues every task of a job left stopped by checkpoint(kLeaveStopped).
   Status thaw() const;
+  // Whether the job is stopped as checkpoint(kLeaveStopped) leaves it (the init of its PID
+  // namespace, which nothing else stops, is): after an agent that died before thawing it.
+  bool frozen() const;
 
  private:
   // What checkpoint() and checkpoint_lazy() check and write first: the images directory (new,

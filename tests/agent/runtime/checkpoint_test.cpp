@@ -273,10 +273,16 @@ TEST_F(CheckpointTest, AJobLeftStoppedPrintsNothingUntilThawed) {
   auto reader = OutputReader::open(job->output_path());
   ASSERT_TRUE(reader);
   (void)read_until_tick(*reader, 2);
+  EXPECT_FALSE(job->frozen());
   auto taken = job->checkpoint(dir_.path() / "images", JobHandle::AfterDump::kLeaveStopped);
   ASSERT_TRUE(taken) << taken.error().to_string();
   EXPECT_TRUE(prints_nothing(*reader)) << "a stopped job printed";
+  EXPECT_TRUE(job->frozen());
+  auto adopted = runtime_->adopt(job->job_dir());  // as an agent started afterwards sees it
+  ASSERT_TRUE(adopted) << adopted.error().to_string();
+  EXPECT_TRUE(adopted->frozen());
   ASSERT_TRUE(job->thaw());
+  EXPECT_FALSE(job->frozen());
   const auto thawed = ticks(read_until_tick(*reader, 1000, 2s));
   EXPECT_GE(thawed.size(), 5u) << "the job carries on once thawed";
   ASSERT_TRUE(job->stop(2s));
