@@ -763,11 +763,8 @@ Status JobHandle::thaw() const {
 bool JobHandle::frozen() const {
   const JobRecord& record = *record_;
   if (record.job_pid <= 0) return false;
-  auto stat = cgroups::read_file(fmt::format("/proc/{}/stat", record.job_pid));
-  if (!stat) return false;
-  // "PID (COMM) STATE ...": COMM may hold any character, so the state follows the last ')'.
-  const size_t close = stat->rfind(')');
-  return close != std::string::npos && close + 2 < stat->size() && (*stat)[close + 2] == 'T';
+  auto stat = jobfiles::read_proc_stat(record.job_pid);
+  return stat && stat->state == 'T';
 }
 
 Result<int> rewrite_checkpoint_paths(const fs::path& images, const fs::path& from, const fs::path& to) {
@@ -1148,7 +1145,13 @@ Result<JobHandle> Runtime::start(const ProcessSpec& spec) {
                dir.string(), shim, record->job_pid, to_string(applied.cgroups), applied.namespaces,
                user->switch_user ? user->uid : ::geteuid(),
                restore_ms != report.end() && restore_ms->is_number() ? fmt::format(" restore_ms={}", restore_ms->dump()) : "");
-  return JobHandle(std::move(record));
+  JobHandle handle(std::move(record));
+  // CRIU restores a tree dumped while stopped (kLeaveStopped, not thawed) stopped: a restored job runs.
+  if (!spec.restore_from.empty() && handle.frozen()) {
+    spdlog::warn("job restored stopped job=\"{}\"; thawing it", spec.job_id);
+    (void)handle.thaw();
+  }
+  return handle;
 }
 
 Result<JobHandle> Runtime::adopt(const fs::path& job_dir) {

@@ -288,6 +288,37 @@ TEST_F(CheckpointTest, AJobLeftStoppedPrintsNothingUntilThawed) {
   ASSERT_TRUE(job->stop(2s));
 }
 
+TEST_F(CheckpointTest, AJobDumpedWhileLeftStoppedRunsWhenRestored) {
+  // What a source whose agent died while the job was frozen could have sent (JobRunner now thaws
+  // it first): CRIU restores such a tree stopped, and the runtime continues it.
+  auto source = runtime_->start(counter_job("node-a"));
+  ASSERT_TRUE(source) << source.error().to_string();
+  auto reader = OutputReader::open(source->output_path());
+  ASSERT_TRUE(reader);
+  auto before = read_until_tick(*reader, 2);
+  ASSERT_TRUE(source->checkpoint(dir_.path() / "first", JobHandle::AfterDump::kLeaveStopped));
+  const fs::path images = dir_.path() / "images";
+  auto taken = source->checkpoint(images, JobHandle::AfterDump::kStop);
+  ASSERT_TRUE(taken) << taken.error().to_string();
+  EXPECT_EQ(source->wait(10s).state, JobState::kExited);
+  for (auto& line : collect(*source, *reader)) before.push_back(std::move(line));
+  const std::vector<Tick> first = ticks(before);
+  ASSERT_FALSE(first.empty());
+
+  ASSERT_TRUE(copy_to_node_b(images));
+  ProcessSpec again = counter_job("node-b");
+  again.restore_from = images;
+  auto restored = runtime_->start(again);
+  ASSERT_TRUE(restored) << restored.error().to_string();
+  EXPECT_FALSE(restored->frozen());
+  auto restored_reader = OutputReader::open(restored->output_path());
+  ASSERT_TRUE(restored_reader);
+  const std::vector<Tick> after = ticks(read_until_tick(*restored_reader, first.back().n + 5, 5s));
+  ASSERT_FALSE(after.empty()) << "the restored job printed nothing";
+  EXPECT_EQ(after.front().n, first.back().n + 1);
+  ASSERT_TRUE(restored->stop(2s));
+}
+
 TEST_F(CheckpointTest, ARestoreFromSomethingThatIsNotACheckpointFailsAndSaysWhy) {
   const fs::path images = dir_.path() / "not-images";
   fs::create_directories(images);
