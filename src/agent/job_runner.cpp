@@ -192,6 +192,20 @@ bool JobRunner::still_here() {
   return false;
 }
 
+std::string JobRunner::pages_not_pulled() {
+  const fs::path images = dir_ / "process" / "images";
+  std::error_code ec;
+  if (!fs::exists(images / "lazy-pages.log", ec)) return "";  // not restored post-copy
+  // The job dies of the pages it lacks as `criu lazy-pages` exits; its reaper writes why just after.
+  const auto deadline = std::chrono::steady_clock::now() + 2s;
+  while (!fs::exists(images / kPagesNotPulledFile, ec)) {
+    if (std::chrono::steady_clock::now() > deadline) return "";
+    std::this_thread::sleep_for(20ms);
+  }
+  std::ifstream in(images / kPagesNotPulledFile);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
 bool JobRunner::settle_adopted_freeze() {
   const auto now = std::chrono::steady_clock::now();
   if (now - freeze_checked_at_ < 500ms) return false;
@@ -849,9 +863,12 @@ void JobRunner::finish(const JobStatus& status) {
     } else if (status.exit_code) {
       message = last_stderr_.empty() ? fmt::format("exit code {}", *status.exit_code) : last_stderr_;
     } else if (status.signal) {
-      message = status.stopped || reason == StopReason::kCancelled
-                    ? fmt::format("stopped (signal {})", *status.signal)
-                    : fmt::format("killed by signal {}", *status.signal);
+      const bool stopped = status.stopped || reason == StopReason::kCancelled;
+      message = stopped ? fmt::format("stopped (signal {})", *status.signal)
+                        : fmt::format("killed by signal {}", *status.signal);
+      if (std::string lost = stopped ? "" : pages_not_pulled(); !lost.empty()) {
+        message += "; its memory did not all arrive from the node it was live-migrated from (post-copy): " + lost;
+      }
     } else if (!status.error.empty()) {
       message = status.error;
     }

@@ -220,6 +220,8 @@ class JobRunner {
   // here; a handed-over dump's migration decides (rolled back: thawed; taken: the job is gone from
   // here and is stopped, without a dump, since a copy runs elsewhere). True once thawed.
   bool settle_adopted_freeze();
+  // Why a job restored post-copy lacks memory (its pull failed), or "" (it did not, or was not one).
+  std::string pages_not_pulled();
   // Sleeps up to `duration` or until detached; false when detached.
   bool pause(std::chrono::milliseconds duration);
   bool detached() const { return detached_.load(); }

@@ -28,10 +28,14 @@ class AgentCluster : public ClusterTest {
   AgentProcess& add_agent(const std::string& name, std::string gpus = "h100x2", std::vector<std::string> extra = {}) {
     AgentProcess::Options options{name, std::move(gpus), run_as_, std::move(extra)};
     agents_.push_back(std::make_unique<AgentProcess>(*server_, join_token(), nodes_.path() + "/agent-" + name, options));
-    // Ready once the server has its heartbeat.
+    // Ready once the server has its heartbeat. Registering makes it Ready; an agent that takes live
+    // migrations reports its peer endpoint, started after it registered, with its first heartbeat.
+    const bool takes_migrations = agents_.back()->log().find("live migrations on") != std::string::npos;
     EXPECT_TRUE(eventually([&] {
       auto r = admin_->request("GET", "/v1/nodes/" + name);
-      return r && r->status == 200 && Json::parse(r->body)["status"]["phase"] == "Ready";
+      if (!r || r->status != 200) return false;
+      const Json status = Json::parse(r->body)["status"];
+      return status["phase"] == "Ready" && (!takes_migrations || !status.value("peer_address", "").empty());
     }));
     return *agents_.back();
   }

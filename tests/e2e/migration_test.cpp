@@ -237,6 +237,35 @@ TEST_F(LargeMigrationTest, AJobHoldingMoreThanAGibibyteMigratesWithItsMemoryInta
   EXPECT_EQ(lines.back(), "memory ok") << "its memory arrived on node-b as it was on node-a";
 }
 
+// The risk post-copy takes: once the job runs on the target, the rest of its memory is only on
+// the source. A source that dies mid-pull leaves the job without it; it faults and ends, and says
+// why (a rollback to the source's frozen copy is not built: docs/checkpoint.md).
+TEST_F(LargeMigrationTest, APostCopyJobWhoseSourceDiesMidPullEndsSayingItsMemoryDidNotArrive) {
+  const std::vector<std::string> flags = {"--post-copy", "--address", "127.0.0.1"};
+  add_agent("node-a", "h100", flags);
+  Json body = job_body("default", "none", {"python3", "-u", "-c", kMemoryHolder, "1024", "600"});
+  body["spec"]["memory_mib"] = 1024 + 512;
+  body["spec"]["cpu_milli"] = 1000;
+  body["spec"]["checkpointable"] = true;
+  std::string id = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
+  ASSERT_TRUE(eventually([&] { return last_tick(id) >= 5; }, 120s)) << agents_[0]->log();
+  add_agent("node-b", "h100", flags);
+  call(*admin_, "POST", "/v1/jobs/" + id + "/migrate", 202, {{"to", "node-b"}});
+  // 1 GiB takes seconds to pull (docs/benchmarks/migration.md): the source dies well before.
+  ASSERT_TRUE(eventually([&] { return has_event(id, "Migrated"); }, 60s)) << events(id);
+  agents_[0]->stop(SIGKILL);
+  const Json ended = wait_for_end(id, 60s);
+  EXPECT_EQ(ended["status"]["phase"], "Failed") << ended.dump();
+  EXPECT_THAT(ended["status"].value("message", ""), HasSubstr("its memory did not all arrive")) << ended.dump();
+  // The source's agent that comes back finds its copy frozen and the job ended elsewhere: it stops
+  // the copy, without a dump.
+  agents_[0]->start();
+  EXPECT_TRUE(eventually([&] { return agents_[0]->log().find("job ended job=\"" + id + "\"") != std::string::npos; },
+                         20s))
+      << agents_[0]->log();
+  EXPECT_THAT(agents_[0]->log(), HasSubstr("checkpoint=false"));
+}
+
 TEST_F(MigrationTest, APreemptedJobIsDumpedAndResumesExactlyWhereItWas) {
   add_agent("node-a", "h100", {"--cpu-milli", "1500"});
   std::string id = submit_counter(50);

@@ -104,8 +104,9 @@ Status start_lazy_pages(const std::string& criu, const fs::path& images, const H
     if (ran.exit_code == 0) {
       spdlog::info("job pages pulled job=\"{}\" took_ms={}", job_id, ran.took.count());
     } else {
-      spdlog::error("job pages not all pulled job=\"{}\" error=\"{}\"", job_id,
-                    ran.timed_out ? "timed out" : criu::log_errors(log));
+      const std::string why = ran.timed_out ? "timed out" : criu::log_errors(log);
+      spdlog::error("job pages not all pulled job=\"{}\" error=\"{}\"", job_id, why);
+      std::ofstream(log.parent_path() / kPagesNotPulledFile) << why;  // for the job's end
     }
   }).detach();
   return {};

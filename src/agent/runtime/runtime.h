@@ -85,6 +85,8 @@ struct ProcessSpec {
   std::filesystem::path restore_from;
   // "host:port": restore_from holds a post-copy dump's images (JobHandle::checkpoint_lazy), whose
   // memory is pulled from that page server while the job already runs here (`criu lazy-pages`).
+  // Where the pull fails (the source gone mid-way), the job faults on the pages it lacks and dies;
+  // why is written to restore_from/kPagesNotPulledFile.
   std::string pages_from;
   std::string hostname;           // the job's hostname in its UTS namespace; empty: cgroup name
   RunAs run_as;
@@ -281,6 +283,9 @@ struct RuntimeOptions {
 
 // A TCP port free on `address` now (the kernel's choice), for a post-copy dump's page server.
 Result<int> free_tcp_port(const std::string& address);
+
+// In a post-copy restore's images directory: why its memory did not all arrive (CRIU's errors).
+inline constexpr const char* kPagesNotPulledFile = "lazy-pages.failed";
 
 // Post-copy (JobHandle::checkpoint_lazy, ProcessSpec::pages_from) needs fs.pipe-max-size of at
 // least 4 MiB: raises it to 8 MiB where it is lower (root); an error says why it cannot.
