@@ -195,7 +195,7 @@ bool JobRunner::still_here() {
 std::string JobRunner::pages_not_pulled() {
   const fs::path images = dir_ / "process" / "images";
   std::error_code ec;
-  if (!fs::exists(images / "lazy-pages.log", ec)) return "";  // not restored post-copy
+  if (!fs::exists(images / kLazyPagesLog, ec)) return "";  // not restored post-copy
   // The job dies of the pages it lacks as `criu lazy-pages` exits; its reaper writes why just after.
   const auto deadline = std::chrono::steady_clock::now() + 2s;
   while (!fs::exists(images / kPagesNotPulledFile, ec)) {

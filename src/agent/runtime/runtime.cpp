@@ -76,7 +76,7 @@ std::string errno_text(int err) { return std::strerror(err); }
 // past kLazyPagesLimit) and logs how it ended.
 Status start_lazy_pages(const std::string& criu, const fs::path& images, const HostPort& from,
                         const std::string& job_id) {
-  const fs::path log = images / "lazy-pages.log";
+  const fs::path log = images / kLazyPagesLog;
   const auto started = std::chrono::steady_clock::now();
   auto pid = criu::spawn(criu::lazy_pages_args(criu, images, log, from));
   if (!pid) return pid.error();
@@ -763,7 +763,8 @@ Status JobHandle::thaw() const {
 
 bool JobHandle::frozen() const {
   const JobRecord& record = *record_;
-  if (record.job_pid <= 0) return false;
+  // Without a PID namespace the job's own first process could have been stopped by the job.
+  if (record.job_pid <= 0 || !record.namespaces) return false;
   auto stat = jobfiles::read_proc_stat(record.job_pid);
   return stat && stat->state == 'T';
 }

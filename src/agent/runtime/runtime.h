@@ -284,7 +284,9 @@ struct RuntimeOptions {
 // A TCP port free on `address` now (the kernel's choice), for a post-copy dump's page server.
 Result<int> free_tcp_port(const std::string& address);
 
-// In a post-copy restore's images directory: why its memory did not all arrive (CRIU's errors).
+// In a post-copy restore's images directory: `criu lazy-pages`' log, and why the job's memory did
+// not all arrive (CRIU's errors; only then).
+inline constexpr const char* kLazyPagesLog = "lazy-pages.log";
 inline constexpr const char* kPagesNotPulledFile = "lazy-pages.failed";
 
 // Post-copy (JobHandle::checkpoint_lazy, ProcessSpec::pages_from) needs fs.pipe-max-size of at
