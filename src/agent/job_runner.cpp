@@ -8,6 +8,7 @@
 
 #include <fcntl.h>
 #include <ftw.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -461,6 +462,7 @@ bool JobRunner::prepare_and_start() {
     if (!tunnel) return fail("migration: the source's page gate: " + tunnel.error().message);
     page_tunnel_ = std::move(*tunnel);
     spec.pages_from = "127.0.0.1:" + std::to_string(page_tunnel_->port());
+    pulling_pages_ = true;
   }
   // The target of a migration tells the server it is still restoring (memory comes back at a few
   // seconds per GiB), so that --migration-timeout counts from its latest word, as on the source.
@@ -561,6 +563,12 @@ void JobRunner::supervise() {
       }
     }
     if (reader && !ship_logs(*reader, false)) request_stop(StopReason::kGone);
+    if (pulling_pages_ && fs::exists(dir_ / "process" / "images" / kPagesNotPulledFile)) {
+      // Its memory will not all arrive: on the first page it lacks it would crash, or spin for good.
+      pulling_pages_ = false;
+      spdlog::error("job killed: its memory did not all arrive job=\"{}\"", job_id_);
+      (void)handle_->signal(SIGKILL);
+    }
     JobStatus status = handle_->status();
     if (status.state != JobState::kRunning) {
       if (reader) (void)ship_logs(*reader, true);

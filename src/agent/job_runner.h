@@ -251,6 +251,7 @@ class JobRunner {
   std::atomic<bool> migrating_out_{false};     // frozen for a migration: stops wait for its outcome
   std::atomic<bool> process_dumped_{false};    // a pre-emption dumped it into dir_/process
   std::atomic<bool> migrated_away_{false};     // the target runs it: nothing to upload here
+  bool pulling_pages_ = false;                 // restored post-copy: its memory may yet fail to arrive
   std::atomic<bool> frozen_at_adopt_{false};   // adopted frozen, not yet thawed: see settle_adopted_freeze
   std::chrono::steady_clock::time_point freeze_checked_at_{};
   // A post-copy target's way to the source's page gate, while `criu lazy-pages` pulls the memory.
