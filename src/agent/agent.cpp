@@ -278,6 +278,9 @@ Status AgentImpl::open() {
   // One level per node: two agents on one machine (tests, demos) never share a job's cgroup.
   runtime_options.cgroup_parent = config_.cgroup_parent + "/" + name_;
   runtime_options.criu = config_.criu == "none" ? "" : config_.criu.empty() ? find_criu() : config_.criu;
+  runtime_options.cuda_checkpoint = config_.cuda_checkpoint == "none"  ? ""
+                                    : config_.cuda_checkpoint.empty() ? find_cuda_checkpoint()
+                                                                      : config_.cuda_checkpoint;
   auto runtime = Runtime::create(runtime_options);
   if (!runtime) return runtime.error();
   runtime_ = std::move(*runtime);

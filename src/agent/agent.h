@@ -45,6 +45,10 @@ struct AgentConfig {
   // CRIU, for transparent checkpoints and live migration of checkpointable jobs: empty finds it
   // (find_criu); "none" turns them off (those jobs then save their own state on SIGUSR1).
   std::string criu;
+  // NVIDIA's cuda-checkpoint, for the GPU state of jobs holding GPUs in transparent checkpoints:
+  // empty finds it (find_cuda_checkpoint); "none" turns it off (those jobs then save their own
+  // state on SIGUSR1).
+  std::string cuda_checkpoint;
   // Live migrations post-copy: the job runs on the target as soon as all but its memory arrived,
   // and pulls the memory from this node (at `address`) meanwhile, over mutual TLS. Off:
   // stop-and-copy (the whole dump streamed to the target before it runs).

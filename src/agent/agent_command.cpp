@@ -147,6 +147,10 @@ void add_agent_commands(CLI::App& app) {
   cmd->add_option("--criu", c.criu,
                   "The CRIU binary for transparent checkpoints and live migration (default: found in sbin/bin; "
                   "\"none\": off)");
+  cmd->add_option("--cuda-checkpoint", c.cuda_checkpoint,
+                  "NVIDIA's cuda-checkpoint, with which transparent checkpoints and restores carry a job's GPU memory "
+                  "and contexts (default: found in /usr/local/bin, /usr/bin; \"none\": jobs holding GPUs save their own "
+                  "state on SIGUSR1)");
   cmd->add_flag("--post-copy", c.post_copy,
                 "Live migrations post-copy (CRIU lazy pages): the job runs on the target at once and pulls its memory "
                 "from this node's --address over mutual TLS (node certificates)");

@@ -45,6 +45,22 @@ Result<std::vector<std::string>> visible_devices(const model::NodeBinding& bindi
   return devices;
 }
 
+std::vector<std::string> gpu_uuids(const model::NodeBinding& binding, const std::vector<GpuInfo>& gpus) {
+  std::vector<std::string> uuids;
+  for (const auto& g : binding.gpus) {
+    if (g.index < 0 || g.index >= static_cast<int>(gpus.size())) continue;
+    const GpuInfo& gpu = gpus[static_cast<size_t>(g.index)];
+    if (g.mig_start < 0) {
+      uuids.push_back(gpu.uuid);
+      continue;
+    }
+    for (const auto& mig : gpu.mig_devices) {
+      if (mig.instance.start == g.mig_start) uuids.push_back(mig.uuid);
+    }
+  }
+  return uuids;
+}
+
 std::vector<std::string> job_environment(const model::Job& job, const JobEnvInput& input) {
   std::map<std::string, std::string> env;
   // A plain, predictable base; the job's own variables override it.

@@ -33,6 +33,11 @@ int master_port_for(const std::string& job_id);
 Result<std::vector<std::string>> visible_devices(const model::NodeBinding& binding, const std::vector<GpuInfo>& gpus,
                                                  bool simulated);
 
+// The UUIDs of the GPUs (or MIG instances) a binding holds, as this node's backend names them: what
+// cuda-checkpoint's device map pairs when a job's GPU state is restored onto other GPUs. Indices
+// this node does not have, and MIG instances not created yet, are left out.
+std::vector<std::string> gpu_uuids(const model::NodeBinding& binding, const std::vector<GpuInfo>& gpus);
+
 std::vector<std::string> job_environment(const model::Job& job, const JobEnvInput& input);
 
 }  // namespace cnlab::agent

@@ -389,8 +389,9 @@ bool JobRunner::prepare_and_start() {
     resumed = restore_checkpoint(job, checkpoint);
   }
   std::optional<fs::path> restore_from;
+  std::vector<std::pair<std::string, std::string>> gpu_device_map;
   if (resumed && restored_kind_ == "process") {
-    auto images = prepare_restore();
+    auto images = prepare_restore(binding(), &gpu_device_map);
     if (images) {
       restore_from = *images;
     } else {
@@ -451,7 +452,10 @@ bool JobRunner::prepare_and_start() {
   spec.limits.memory_bytes = job.spec.memory_mib * (int64_t{1} << 20);
   spec.job_dir = dir_ / "run";
   spec.run_as = context_.run_as;
-  if (restore_from) spec.restore_from = *restore_from;
+  if (restore_from) {
+    spec.restore_from = *restore_from;
+    spec.gpu_device_map = gpu_device_map;
+  }
   if (restore_from && job.status.migration && !job.status.migration->pages_from.empty()) {
     // Post-copy: `criu lazy-pages` pulls the memory through a tunnel to the source's page gate.
     const model::Migration& move = *job.status.migration;

@@ -205,7 +205,10 @@ class JobRunner {
   Result<HostPort> peer_endpoint_of(const std::string& node);
   // Before a start from a process checkpoint: the directories of the dump put in place and the
   // images' paths moved here; the images to restore from, or an error when it cannot be.
-  Result<std::filesystem::path> prepare_restore();
+  // Also pairs the GPUs the dump's CUDA processes were suspended from with this binding's
+  // (`device_map`, cuda-checkpoint's); fails when their numbers differ.
+  Result<std::filesystem::path> prepare_restore(const model::NodeBinding& binding,
+                                                std::vector<std::pair<std::string, std::string>>* device_map);
   // Before a start: puts the job's checkpoint into `checkpoint` (absent): the copy kept on this
   // node when it is the one the server names (or newer), else the server's, downloaded and
   // verified. Returns whether one was restored; sets start_note_ to say which (or why none).

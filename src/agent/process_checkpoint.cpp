@@ -11,10 +11,12 @@
 #include <thread>
 
 #include "agent/files/files.h"
+#include "agent/job_env.h"
 #include "agent/job_runner.h"
 #include "agent/migration_progress.h"
 #include "agent/page_tunnel.h"
 #include "agent/peer_endpoint.h"
+#include "agent/vgpu_node.h"
 #include "common/time.h"
 
 namespace cnlab::agent {
@@ -56,7 +58,13 @@ std::string JobRunner::transparent_refusal() const {
     return "the job runs as another user and this agent lacks CAP_SYS_RESOURCE, which CRIU needs to dump it";
   }
   if (!binding().gpus.empty()) {
-    return "the job holds GPUs, whose memory only NVIDIA's cuda-checkpoint saves, and this node has none";
+    if (!caps.gpu_checkpoint) return "the job holds GPUs, whose state only NVIDIA's cuda-checkpoint saves: " + caps.gpu_checkpoint_reason;
+    // The library's regions are this node's, and its processes hold its slots in them: a restore
+    // (here after the slots were freed, or elsewhere) would give them another tenant's limits.
+    if (context_.vgpu && handle_->maps_file_under(context_.vgpu->dir())) {
+      return "the job's processes have libcnlab-vgpu.so attached, whose VRAM and compute limits live in this node's "
+             "regions and do not move with a dump (run the agent with --no-vgpu for transparent GPU checkpoints)";
+    }
   }
   return "";
 }
@@ -93,8 +101,11 @@ Result<JobHandle::Checkpoint> JobRunner::take_process_checkpoint(JobHandle::Afte
       return copied.error();
     }
   }
+  // The GPUs its CUDA processes were suspended from, for a restore onto others (cuda-checkpoint's device map).
   std::ofstream(process / kProcessMeta, std::ios::trunc)
-      << Json{{"job_dir", dir_.string()}, {"node", context_.node}, {"pause_ms", taken->pause.count()}}.dump();
+      << Json{{"job_dir", dir_.string()}, {"node", context_.node}, {"pause_ms", taken->pause.count()},
+              {"gpus", gpu_uuids(binding(), context_.gpus->gpus())}}
+             .dump();
   return taken;
 }
 
@@ -271,7 +282,8 @@ void JobRunner::migrate_out(OutputReader* reader, const model::Migration& move) 
   migrating_out_ = false;
 }
 
-Result<fs::path> JobRunner::prepare_restore() {
+Result<fs::path> JobRunner::prepare_restore(const model::NodeBinding& binding,
+                                            std::vector<std::pair<std::string, std::string>>* device_map) {
   const fs::path process = dir_ / "process";
   if (!context_.runtime->capabilities().checkpoint) {
     // The job's own saved files still help it resume: hand them back.
@@ -289,6 +301,19 @@ Result<fs::path> JobRunner::prepare_restore() {
     return Error::invalid_argument(kProcessMeta, (process / kProcessMeta).string(), "not a process checkpoint's description");
   }
   const fs::path dumped_dir = meta["job_dir"].get<std::string>();
+  std::vector<std::string> dumped_gpus;
+  if (meta.contains("gpus") && meta["gpus"].is_array()) {
+    for (const auto& uuid : meta["gpus"]) {
+      if (uuid.is_string()) dumped_gpus.push_back(uuid.get<std::string>());
+    }
+  }
+  const std::vector<std::string> here = gpu_uuids(binding, context_.gpus->gpus());
+  if (!dumped_gpus.empty() && dumped_gpus.size() != here.size()) {
+    return Error::failed_precondition(fmt::format("its processes were dumped holding {} GPUs and are bound to {} here",
+                                                  dumped_gpus.size(), here.size()));
+  }
+  device_map->clear();
+  for (size_t i = 0; i < dumped_gpus.size(); ++i) device_map->emplace_back(dumped_gpus[i], here[i]);
   std::error_code ec;
   for (const char* name : kCarried) {
     if (!fs::exists(process / "tree" / name, ec)) continue;

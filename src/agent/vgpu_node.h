@@ -99,6 +99,8 @@ class VgpuNode {
                        const std::function<std::map<std::string, double>(const std::string& uuid)>& busy_of);
 
   const std::filesystem::path& library() const { return options_.library; }
+  // Where the limits and tenant regions are, which the library maps into a job's processes.
+  const std::filesystem::path& dir() const { return options_.dir; }
 
  private:
   explicit VgpuNode(Options options) : options_(std::move(options)) {}

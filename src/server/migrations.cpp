@@ -41,8 +41,9 @@ std::string migration_refusal(const model::Job& job) {
   if (job.status.migration) return "a migration of the job is already under way";
   if (job.status.placement.size() != 1) return "a gang job (several nodes) does not migrate";
   if (!job.status.placement.front().gpus.empty()) {
-    return "the job holds GPUs: their memory moves only with NVIDIA's cuda-checkpoint, which this cluster's nodes "
-           "lack; pre-empt it instead (it resumes from its application checkpoint)";
+    // A move would need GPUs chosen and held on the target while the job still holds its own.
+    return "the job holds GPUs, and a live migration does not yet choose GPUs on its target; pre-empt it instead "
+           "(it resumes from its checkpoint, with its GPU memory where its node has NVIDIA's cuda-checkpoint)";
   }
   return "";
 }

@@ -31,6 +31,7 @@
 
 #include "agent/runtime/cgroups.h"
 #include "agent/runtime/criu.h"
+#include "agent/runtime/cuda_checkpoint.h"
 #include "agent/runtime/job_files.h"
 #include "agent/runtime/output_format.h"
 #include "common/json_reader.h"
@@ -58,6 +59,7 @@ struct JobRecord {
   std::string no_state_reason;  // set when adopt() found no state.json
   std::string criu;             // empty: the runtime has no working CRIU
   milliseconds checkpoint_timeout{120000};
+  std::string cuda_tool;        // cuda-checkpoint, when GPU state is checkpointed; else empty
 };
 
 namespace {
@@ -563,6 +565,54 @@ Status JobHandle::signal(int sig) const {
 
 Status JobHandle::send_checkpoint_signal() const { return signal(SIGUSR1); }
 
+namespace {
+
+// The init of a job's PID namespace and every process below it.
+std::vector<pid_t> tree_of(pid_t root) {
+  std::vector<pid_t> pids{root};
+  for (size_t i = 0; i < pids.size(); ++i) {
+    std::error_code ec;
+    for (const auto& task : fs::directory_iterator(fmt::format("/proc/{}/task", pids[i]), ec)) {
+      auto children = cgroups::read_file(task.path() / "children");
+      if (!children) continue;
+      for (auto child : split(trim(*children), ' ')) {
+        if (auto pid = parse_int(child, "pid")) pids.push_back(static_cast<pid_t>(*pid));
+      }
+    }
+  }
+  return pids;
+}
+
+// Before a dump: the job's CUDA processes' GPU state into their host memory (none without the tool).
+Status suspend_cuda(const JobRecord& record) {
+  if (record.cuda_tool.empty()) return {};
+  auto suspended = cuda::suspend(record.cuda_tool, tree_of(record.job_pid), record.checkpoint_timeout);
+  if (!suspended) {
+    return Error::of(ErrorCode::kFailedPrecondition, "job", record.job_id,
+                     "its GPU state could not be suspended for the dump: " + suspended.error().message);
+  }
+  if (*suspended > 0) spdlog::info("job CUDA state suspended job=\"{}\" processes={}", record.job_id, *suspended);
+  return {};
+}
+
+// After a dump that leaves the job running, a thaw or a restore: back onto the GPUs.
+Status resume_cuda(const JobRecord& record, const cuda::DeviceMap& map) {
+  if (record.cuda_tool.empty() || record.job_pid <= 0) return {};
+  auto resumed = cuda::resume(record.cuda_tool, tree_of(record.job_pid), map, record.checkpoint_timeout);
+  if (!resumed) {
+    spdlog::error("job CUDA state not resumed job=\"{}\" error=\"{}\"", record.job_id, resumed.error().message);
+    return Error::of(ErrorCode::kFailedPrecondition, "job", record.job_id,
+                     "its GPU state could not be resumed: " + resumed.error().message);
+  }
+  if (*resumed > 0) {
+    spdlog::info("job CUDA state resumed job=\"{}\" processes={} device_map=\"{}\"", record.job_id, *resumed,
+                 cuda::device_map_argument(map));
+  }
+  return {};
+}
+
+}  // namespace
+
 Status JobHandle::prepare_dump(const fs::path& images) const {
   const JobRecord& record = *record_;
   if (record.criu.empty()) {
@@ -605,7 +655,11 @@ Result<JobHandle::Checkpoint> JobHandle::checkpoint(const fs::path& images, Afte
   const criu::Leave leave = after == AfterDump::kLeaveRunning   ? criu::Leave::kRunning
                             : after == AfterDump::kLeaveStopped ? criu::Leave::kStopped
                                                                 : criu::Leave::kNothing;
+  const auto started = std::chrono::steady_clock::now();  // GPU state suspended counts in the pause
+  if (auto suspended = suspend_cuda(record); !suspended) return suspended.error();
   auto ran = criu::run(criu::dump_args(record.criu, record.job_pid, images, log, leave), record.checkpoint_timeout);
+  // The job runs on after a failed dump (CRIU lets go of it) and after kLeaveRunning.
+  if (!ran || ran->timed_out || ran->exit_code != 0 || after == AfterDump::kLeaveRunning) (void)resume_cuda(record, {});
   if (!ran) return ran.error();
   if (ran->timed_out) {
     spdlog::error("job checkpoint hung job=\"{}\" timeout_ms={}; CRIU killed", record.job_id,
@@ -619,7 +673,7 @@ Result<JobHandle::Checkpoint> JobHandle::checkpoint(const fs::path& images, Afte
                      "CRIU could not dump it: " + criu::log_errors(log));
   }
   Checkpoint taken;
-  taken.pause = ran->took;
+  taken.pause = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - started);
   taken.bytes = images_bytes(images);
   spdlog::info("job checkpointed job=\"{}\" images=\"{}\" bytes={} pause_ms={} after={}", record.job_id,
                images.string(), taken.bytes, taken.pause.count(), static_cast<int>(after));
@@ -631,15 +685,20 @@ Result<std::unique_ptr<JobHandle::LazyDump>> JobHandle::checkpoint_lazy(const fs
   const JobRecord& record = *record_;
   if (auto prepared = prepare_dump(images); !prepared) return prepared.error();
   const fs::path log = images / "dump.log";
-  int ready[2];
-  if (::pipe2(ready, O_CLOEXEC) != 0) return Error::internal("pipe: " + errno_text(errno));
   const auto started = std::chrono::steady_clock::now();
+  if (auto suspended = suspend_cuda(record); !suspended) return suspended.error();
+  int ready[2];
+  if (::pipe2(ready, O_CLOEXEC) != 0) {
+    (void)resume_cuda(record, {});
+    return Error::internal("pipe: " + errno_text(errno));
+  }
   const HostPort pages{address, port};
   auto pid = criu::spawn(criu::dump_args(record.criu, record.job_pid, images, log, criu::Leave::kStopped, &pages),
                          ready[1]);
   ::close(ready[1]);
   if (!pid) {
     ::close(ready[0]);
+    (void)resume_cuda(record, {});
     return pid.error();
   }
   // CRIU writes its status byte once all but the memory is in the images and the page server
@@ -654,6 +713,7 @@ Result<std::unique_ptr<JobHandle::LazyDump>> JobHandle::checkpoint_lazy(const fs
   if (!is_ready) {
     ::kill(*pid, SIGKILL);  // CRIU lets go of the tasks it held: they run on
     ::waitpid(*pid, nullptr, 0);
+    (void)resume_cuda(record, {});
     return Error::of(ErrorCode::kFailedPrecondition, "job", record.job_id,
                      (polled == 0 ? fmt::format("CRIU did not write the images within {}ms; ",
                                                 record.checkpoint_timeout.count())
@@ -733,6 +793,8 @@ Status enable_post_copy(const fs::path& sysctl) {
   return {};
 }
 
+std::string find_cuda_checkpoint() { return cuda::find_tool(); }
+
 std::string find_criu() {
   for (const char* dir : {"/usr/local/sbin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr/bin", "/bin"}) {
     const std::string path = std::string(dir) + "/criu";
@@ -744,21 +806,30 @@ std::string find_criu() {
 Status JobHandle::thaw() const {
   const JobRecord& record = *record_;
   if (record.job_pid <= 0) return Error::failed_precondition("job " + record.job_id + " has no process");
-  // The namespace's init and everything below it (a stopped tree forks nothing meanwhile).
-  std::vector<pid_t> pids{record.job_pid};
-  for (size_t i = 0; i < pids.size(); ++i) {
-    std::error_code ec;
-    for (const auto& task : fs::directory_iterator(fmt::format("/proc/{}/task", pids[i]), ec)) {
-      auto children = cgroups::read_file(task.path() / "children");
-      if (!children) continue;
-      for (auto child : split(trim(*children), ' ')) {
-        if (auto pid = parse_int(child, "pid")) pids.push_back(static_cast<pid_t>(*pid));
+  const std::vector<pid_t> pids = tree_of(record.job_pid);  // a stopped tree forks nothing meanwhile
+  for (pid_t pid : pids) ::kill(pid, SIGCONT);
+  spdlog::info("job thawed job=\"{}\" processes={}", record.job_id, pids.size());
+  // Their CUDA calls block until they are resumed, which needs them running: after SIGCONT.
+  return resume_cuda(record, {});
+}
+
+bool JobHandle::maps_file_under(const fs::path& dir) const {
+  const JobRecord& record = *record_;
+  if (record.job_pid <= 0) return false;
+  const std::string prefix = dir.lexically_normal().string();
+  for (pid_t pid : tree_of(record.job_pid)) {
+    auto maps = cgroups::read_file(fmt::format("/proc/{}/maps", pid));
+    if (!maps) continue;
+    for (auto line : split(*maps, '\n')) {
+      const size_t at = line.find(" /");
+      if (at == std::string_view::npos) continue;
+      const std::string_view path = line.substr(at + 1);
+      if (path.substr(0, prefix.size()) == prefix && (path.size() == prefix.size() || path[prefix.size()] == '/')) {
+        return true;
       }
     }
   }
-  for (pid_t pid : pids) ::kill(pid, SIGCONT);
-  spdlog::info("job thawed job=\"{}\" processes={}", record.job_id, pids.size());
-  return {};
+  return false;
 }
 
 bool JobHandle::frozen() const {
@@ -892,6 +963,15 @@ Result<std::unique_ptr<Runtime>> Runtime::create(RuntimeOptions options) {
   if (!caps.checkpoint && !options.criu.empty()) {
     spdlog::warn("runtime: transparent checkpoints unavailable reason=\"{}\"", caps.checkpoint_reason);
   }
+  if (!caps.checkpoint) {
+    caps.gpu_checkpoint_reason = "no transparent checkpoints on this node (" + caps.checkpoint_reason + ")";
+  } else if (options.cuda_checkpoint.empty()) {
+    caps.gpu_checkpoint_reason = "no NVIDIA cuda-checkpoint on this node";
+  } else if (::access(options.cuda_checkpoint.c_str(), X_OK) != 0) {
+    caps.gpu_checkpoint_reason = "cuda-checkpoint " + options.cuda_checkpoint + " cannot be run: " + errno_text(errno);
+  } else {
+    caps.gpu_checkpoint = true;
+  }
 
   if (caps.cgroups == CgroupVersion::kNone) {
     spdlog::warn("runtime: cgroups unavailable reason=\"{}\"; jobs run without limits, killed by process group",
@@ -905,9 +985,9 @@ Result<std::unique_ptr<Runtime>> Runtime::create(RuntimeOptions options) {
   }
   spdlog::info(
       "runtime: ready cgroups={} cpu_limit={} memory_limit={} swap_limit={} pids_limit={} namespaces={} "
-      "switch_user={} checkpoint={} dirty_tracking={}",
+      "switch_user={} checkpoint={} dirty_tracking={} gpu_checkpoint={}",
       to_string(caps.cgroups), caps.cpu_limit, caps.memory_limit, caps.swap_limit, caps.pids_limit, caps.namespaces,
-      caps.switch_user, caps.checkpoint, caps.dirty_tracking);
+      caps.switch_user, caps.checkpoint, caps.dirty_tracking, caps.gpu_checkpoint);
   impl->options = std::move(options);
   return std::unique_ptr<Runtime>(new Runtime(std::move(impl)));
 }
@@ -1133,6 +1213,7 @@ Result<JobHandle> Runtime::start(const ProcessSpec& spec) {
   record->namespaces = launch.namespaces;
   record->shim_pid = shim;
   if (impl_->capabilities.checkpoint) record->criu = impl_->options.criu;
+  if (impl_->capabilities.gpu_checkpoint) record->cuda_tool = impl_->options.cuda_checkpoint;
   record->checkpoint_timeout = impl_->options.checkpoint_timeout;
   if (auto stat = jobfiles::read_proc_stat(shim)) record->shim_start_time = stat->start_time;
   if (auto state_text = jobfiles::read_trusted(dir / jobfiles::kState)) {
@@ -1152,6 +1233,14 @@ Result<JobHandle> Runtime::start(const ProcessSpec& spec) {
   if (!spec.restore_from.empty() && handle.frozen()) {
     spdlog::warn("job restored stopped job=\"{}\"; thawing it", spec.job_id);
     (void)handle.thaw();
+  }
+  if (!spec.restore_from.empty()) {
+    // Its CUDA processes come back suspended, as they were dumped: onto this node's GPUs. One that
+    // cannot resume would block in its next CUDA call for good, so the restore fails instead.
+    if (auto resumed = resume_cuda(*handle.record_, spec.gpu_device_map); !resumed) {
+      (void)handle.stop(milliseconds(0));
+      return resumed.error();
+    }
   }
   return handle;
 }
@@ -1177,6 +1266,7 @@ Result<JobHandle> Runtime::adopt(const fs::path& job_dir) {
   record->cgroup = launch->cgroup;
   record->namespaces = launch->namespaces;
   if (impl_->capabilities.checkpoint) record->criu = impl_->options.criu;
+  if (impl_->capabilities.gpu_checkpoint) record->cuda_tool = impl_->options.cuda_checkpoint;
   record->checkpoint_timeout = impl_->options.checkpoint_timeout;
   auto state_text = jobfiles::read_trusted(dir / jobfiles::kState);
   if (state_text) {

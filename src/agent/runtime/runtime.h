@@ -39,6 +39,7 @@
 #include <string>
 #include <string_view>
 #include <vector>
+#include <utility>
 
 #include "common/result.h"
 #include "common/strings.h"
@@ -88,6 +89,9 @@ struct ProcessSpec {
   // Where the pull fails (the source gone mid-way), the job faults on the pages it lacks and dies;
   // why is written to restore_from/kPagesNotPulledFile.
   std::string pages_from;
+  // Old GPU UUID -> new, for a restore whose CUDA processes were dumped on other GPUs (of the same
+  // model): cuda-checkpoint's --device-map. Empty: the same GPUs.
+  std::vector<std::pair<std::string, std::string>> gpu_device_map;
   std::string hostname;           // the job's hostname in its UTS namespace; empty: cgroup name
   RunAs run_as;
 };
@@ -127,6 +131,11 @@ struct RuntimeCapabilities {
   // mem_dirty_track`), which pre-copy rounds need. Detected, never assumed; CNLab's migrations do
   // not take pre-copy rounds yet (post-copy keeps the pause short without them).
   bool dirty_tracking = false;
+  // GPU state in transparent checkpoints: NVIDIA's cuda-checkpoint (RuntimeOptions::cuda_checkpoint)
+  // moves each CUDA process's device memory and contexts into its host memory before the dump and
+  // back onto a GPU after a restore or a thaw. Without it a job holding GPUs is not dumped.
+  bool gpu_checkpoint = false;
+  std::string gpu_checkpoint_reason;  // why not; empty when GPU state is checkpointed
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -186,6 +195,10 @@ class JobHandle {
   // What the job had written to its stdout and stderr but the shim had not yet read stays with this
   // shim: CRIU saves a pipe's data only through a read end, and the tree holds only the write ends
   // of its output pipes, so a restored copy does not print it again.
+  // With capabilities().gpu_checkpoint, the tree's CUDA processes are suspended first (their GPU
+  // state into host memory, where CRIU dumps it): kLeaveRunning resumes them after the dump,
+  // kLeaveStopped leaves them suspended until thaw(); a restore resumes them. A CUDA process that
+  // cannot be suspended fails the checkpoint (the job running on).
   // `pause` is how long the dump froze the job. Fails (the job running on, also after a CRIU that
   // hung was killed) on a runtime without capabilities().checkpoint, a job without a PID namespace
   // or not running, or a tree CRIU cannot dump (its log's errors in the message).
@@ -232,8 +245,11 @@ class JobHandle {
   // Needs fs.pipe-max-size of at least 4 MiB (Runtime::enable_post_copy).
   Result<std::unique_ptr<LazyDump>> checkpoint_lazy(const std::filesystem::path& images, const std::string& address,
                                                     int port) const;
-  // Continues every task of a job left stopped by checkpoint(kLeaveStopped).
+  // Continues every task of a job left stopped by checkpoint(kLeaveStopped), and resumes its
+  // suspended CUDA processes.
   Status thaw() const;
+  // Whether a process of the job maps a file at or below `dir` (a library's shared region, say).
+  bool maps_file_under(const std::filesystem::path& dir) const;
   // Whether the job is stopped as checkpoint(kLeaveStopped) leaves it (the init of its PID
   // namespace, which nothing else stops, is): after an agent that died before thawing it.
   bool frozen() const;
@@ -279,7 +295,13 @@ struct RuntimeOptions {
   // `criu check` at create(); capabilities().checkpoint says whether it works.
   std::string criu;
   std::chrono::milliseconds checkpoint_timeout{120000};  // a dump's or a restore's longest run
+  // NVIDIA's cuda-checkpoint (absolute; cuda::find_tool finds it); empty: none, and jobs holding
+  // GPUs get no transparent checkpoints. capabilities().gpu_checkpoint says whether it is used.
+  std::string cuda_checkpoint;
 };
+
+// Where this machine's cuda-checkpoint is (/usr/local/bin, /usr/bin, ...); empty when none is.
+std::string find_cuda_checkpoint();
 
 // A TCP port free on `address` now (the kernel's choice), for a post-copy dump's page server.
 Result<int> free_tcp_port(const std::string& address);

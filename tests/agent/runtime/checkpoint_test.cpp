@@ -21,6 +21,7 @@ namespace cnlab::agent {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::ElementsAre;
 using namespace std::chrono_literals;
 using namespace testing;
 namespace fs = std::filesystem;
@@ -80,11 +81,13 @@ class CheckpointTest : public ::testing::Test {
     RuntimeOptions options = test_options();
     options.criu = criu;
     options.checkpoint_timeout = 60s;
+    configure(options);
     auto runtime = Runtime::create(options);
     ASSERT_TRUE(runtime) << runtime.error().to_string();
     runtime_ = std::move(*runtime);
     ASSERT_TRUE(runtime_->capabilities().checkpoint) << runtime_->capabilities().checkpoint_reason;
   }
+  virtual void configure(RuntimeOptions&) {}
   void TearDown() override {
     EXPECT_TRUE(no_children_left(5s)) << "a shim outlived its job";
     if (runtime_) {
@@ -340,6 +343,143 @@ TEST_F(CheckpointTest, AFinishedJobIsNotCheckpointed) {
   auto taken = job->checkpoint(dir_.path() / "images", JobHandle::AfterDump::kStop);
   ASSERT_FALSE(taken);
   EXPECT_THAT(taken.error().message, HasSubstr("is not running"));
+}
+
+// A job holding a CUDA context, on a node with cuda-checkpoint. The utility is a TEST DOUBLE
+// (tests/fakes/fake_cuda_checkpoint.py: the real one's command line and state machine, no GPU),
+// which keeps each process's CUDA state in its working directory; the job's "CUDA calls" (one per
+// tick) block while that state is not running, as a real process's do while it is locked. Its
+// child holds no context.
+constexpr const char* kCudaCounterJob = R"(
+import os, subprocess, sys, time
+state = f'.fake-cuda-state.{os.getpid()}'
+plain = {k: v for k, v in os.environ.items() if not k.startswith('FAKE_CUDA')}
+child = subprocess.Popen([sys.executable, '-c', 'import time\nwhile True: time.sleep(0.05)'], env=plain)
+def cuda_call():
+    while os.path.exists(state) and open(state).read() != 'running':
+        time.sleep(0.01)
+i = 0
+while True:
+    cuda_call()
+    print(f'tick {i} pid {os.getpid()} child {child.pid} alive {child.poll() is None}', flush=True)
+    i += 1
+    time.sleep(0.1)
+)";
+
+class GpuCheckpointTest : public CheckpointTest {
+ protected:
+  void configure(RuntimeOptions& options) override { options.cuda_checkpoint = CNLAB_FAKE_CUDA_CHECKPOINT; }
+
+  ProcessSpec cuda_job(const std::string& node, const std::string& fail_action = "") {
+    ProcessSpec spec = counter_job(node);
+    spec.argv = {"/usr/bin/python3", "-u", "-c", kCudaCounterJob};
+    spec.env.push_back("FAKE_CUDA_CONTEXT=1");
+    if (!fail_action.empty()) spec.env.push_back("FAKE_CUDA_FAIL=" + fail_action);
+    return spec;
+  }
+  // What the utility did, in order: "<pid in the job's namespace> <action>[ <device map>]".
+  std::vector<std::string> cuda_actions(const std::string& node) {
+    std::vector<std::string> out;
+    std::istringstream in(read_text(dir_.path() / node / "job" / "work" / ".fake-cuda-actions"));
+    for (std::string line; std::getline(in, line);) out.push_back(line);
+    return out;
+  }
+};
+
+TEST_F(GpuCheckpointTest, ACudaProcessIsSuspendedForItsDumpAndResumedOntoTheGpusItIsRestoredOn) {
+  ASSERT_TRUE(runtime_->capabilities().gpu_checkpoint) << runtime_->capabilities().gpu_checkpoint_reason;
+  auto source = runtime_->start(cuda_job("node-a"));
+  ASSERT_TRUE(source) << source.error().to_string();
+  auto reader = OutputReader::open(source->output_path());
+  ASSERT_TRUE(reader);
+  auto before = read_until_tick(*reader, 3);
+  const std::string pid = ticks(before).back().pid;
+  const fs::path images = dir_.path() / "images";
+  auto taken = source->checkpoint(images, JobHandle::AfterDump::kStop);
+  ASSERT_TRUE(taken) << taken.error().to_string();
+  EXPECT_EQ(source->wait(10s).state, JobState::kExited);
+  for (auto& line : collect(*source, *reader)) before.push_back(std::move(line));
+  const Tick last = ticks(before).back();
+  // Suspended before CRIU dumped it (what the dump carries says so), and only the CUDA process.
+  EXPECT_THAT(cuda_actions("node-a"), ElementsAre(pid + " lock", pid + " checkpoint"));
+  EXPECT_EQ(read_text(dir_.path() / "node-a" / "job" / "work" / (".fake-cuda-state." + pid)), "checkpointed");
+
+  ASSERT_TRUE(copy_to_node_b(images));
+  ProcessSpec again = cuda_job("node-b");
+  again.restore_from = images;
+  again.gpu_device_map = {{"GPU-node-a-1", "GPU-node-b-0"}};
+  auto restored = runtime_->start(again);
+  ASSERT_TRUE(restored) << restored.error().to_string();
+  auto restored_reader = OutputReader::open(restored->output_path());
+  ASSERT_TRUE(restored_reader);
+  const std::vector<Tick> after = ticks(read_until_tick(*restored_reader, last.n + 3));
+  ASSERT_FALSE(after.empty());
+  EXPECT_EQ(after.front().n, last.n + 1) << "carried on from where it was dumped";
+  EXPECT_EQ(after.front().pid, pid);
+  // Restored onto node-b's GPU (the device map) and unlocked: its CUDA calls run again.
+  EXPECT_THAT(cuda_actions("node-b"), ElementsAre(pid + " lock", pid + " checkpoint",
+                                                  pid + " restore GPU-node-a-1=GPU-node-b-0", pid + " unlock"));
+  ASSERT_TRUE(restored->stop(2s));
+}
+
+TEST_F(GpuCheckpointTest, ADumpThatLeavesTheJobRunningOrStoppedResumesItsCudaStateWhenItRuns) {
+  auto job = runtime_->start(cuda_job("node-a"));
+  ASSERT_TRUE(job) << job.error().to_string();
+  auto reader = OutputReader::open(job->output_path());
+  ASSERT_TRUE(reader);
+  const int at = ticks(read_until_tick(*reader, 2)).back().n;
+  const std::string pid = ticks(read_until_tick(*reader, at + 1)).back().pid;
+  ASSERT_TRUE(job->checkpoint(dir_.path() / "periodic", JobHandle::AfterDump::kLeaveRunning));
+  EXPECT_THAT(cuda_actions("node-a"), ElementsAre(pid + " lock", pid + " checkpoint", pid + " restore", pid + " unlock"));
+  const int resumed_at = ticks(read_until_tick(*reader, at + 4)).back().n;
+  EXPECT_GE(resumed_at, at + 4) << "it runs on after a periodic checkpoint";
+  // Left stopped (a migration's source): still suspended until thawed.
+  ASSERT_TRUE(job->checkpoint(dir_.path() / "move", JobHandle::AfterDump::kLeaveStopped));
+  EXPECT_EQ(cuda_actions("node-a").size(), 6u);
+  ASSERT_TRUE(job->thaw());
+  EXPECT_EQ(cuda_actions("node-a").size(), 8u);
+  EXPECT_EQ(cuda_actions("node-a").back(), pid + " unlock");
+  const auto thawed = ticks(read_until_tick(*reader, resumed_at + 4));
+  ASSERT_FALSE(thawed.empty());
+  EXPECT_GE(thawed.back().n, resumed_at + 4) << "it runs on once thawed";
+  ASSERT_TRUE(job->stop(2s));
+}
+
+TEST_F(GpuCheckpointTest, ACudaProcessThatCannotBeSuspendedFailsTheDumpAndRunsOn) {
+  auto job = runtime_->start(cuda_job("node-a", "checkpoint"));
+  ASSERT_TRUE(job) << job.error().to_string();
+  auto reader = OutputReader::open(job->output_path());
+  ASSERT_TRUE(reader);
+  const auto seen = ticks(read_until_tick(*reader, 2));
+  const std::string pid = seen.back().pid;
+  auto taken = job->checkpoint(dir_.path() / "images", JobHandle::AfterDump::kStop);
+  ASSERT_FALSE(taken);
+  EXPECT_THAT(taken.error().message, HasSubstr("its GPU state could not be suspended"));
+  EXPECT_THAT(taken.error().message, HasSubstr("operation not supported"));
+  // Locked, refused, unlocked again: its CUDA calls go on, and so does the job.
+  EXPECT_THAT(cuda_actions("node-a"), ElementsAre(pid + " lock", pid + " unlock"));
+  const auto later = ticks(read_until_tick(*reader, seen.back().n + 3));
+  ASSERT_FALSE(later.empty());
+  EXPECT_GE(later.back().n, seen.back().n + 3);
+  EXPECT_EQ(job->status().state, JobState::kRunning);
+  ASSERT_TRUE(job->stop(2s));
+}
+
+TEST(GpuCheckpointCapability, ANodeWithoutCudaCheckpointSaysWhy) {
+  RuntimeOptions options = test_options();
+  options.use_namespaces = false;
+  auto runtime = Runtime::create(options);
+  ASSERT_TRUE(runtime) << runtime.error().to_string();
+  EXPECT_FALSE((*runtime)->capabilities().gpu_checkpoint);
+  EXPECT_THAT((*runtime)->capabilities().gpu_checkpoint_reason, HasSubstr("no transparent checkpoints on this node"));
+  if (::geteuid() != 0 || find_criu().empty()) return;  // the rest needs a working CRIU
+  options.use_namespaces = true;
+  options.criu = find_criu();
+  options.cuda_checkpoint = "/nonexistent/cuda-checkpoint";
+  runtime = Runtime::create(options);
+  ASSERT_TRUE(runtime) << runtime.error().to_string();
+  EXPECT_FALSE((*runtime)->capabilities().gpu_checkpoint);
+  EXPECT_THAT((*runtime)->capabilities().gpu_checkpoint_reason, HasSubstr("/nonexistent/cuda-checkpoint cannot be run"));
 }
 
 TEST(CheckpointCapability, WithoutNamespacesThereAreNoTransparentCheckpoints) {
