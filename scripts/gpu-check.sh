@@ -6,7 +6,8 @@
 # IPC refused across tenants, and the compute split of two busy tenants (30 and 70 percent; printed,
 # not counted in the result). The PyTorch checks run where python3 can import torch with CUDA; the
 # driver API and IPC checks need only ctypes. Last, a CUDA process checkpointed with cuda-checkpoint
-# and CRIU, restored from a copy of its images and checked to carry on (where both tools exist).
+# and CRIU, restored from a copy of its images and checked to carry on, and a CUDA job checkpointed,
+# pre-empted and resumed through the agent with its GPU state (where both tools exist).
 #
 #   scripts/gpu-check.sh [BUILD_DIR]     (default: build; run `make build` first)
 set -uo pipefail
@@ -43,6 +44,7 @@ section "agent: NVML discovery"
 JOIN=$("$CNLAB" admin join-token create | tail -1)
 "$CNLAB" agent --data-dir "$WORK/agent" --join-token "$JOIN" --name gpu-check --metrics-listen 127.0.0.1:0 \
   >"$WORK/agent.out" 2>"$WORK/agent.log" &
+AGENT_PID=$!
 PIDS+=($!)
 for _ in $(seq 100); do grep -q "running" "$WORK/agent.out" 2>/dev/null && break; sleep 0.1; done
 grep -E "gpu backend|nvml" "$WORK/agent.log" | head -5
@@ -631,6 +633,71 @@ PY
       echo "FAIL: cuda-checkpoint or criu dump: $(grep Error "$WORK/ckpt/dump.log" 2>/dev/null | tail -n 3)"; fail=1
     fi
   fi
+fi
+
+section "a CUDA job checkpointed and resumed through the agent (cuda-checkpoint)"
+# The agent restarted with --cuda-checkpoint and --no-vgpu (a job with libcnlab-vgpu.so attached is
+# not dumped: docs/checkpoint.md); a checkpointable job on a whole GPU keeps a counter in device
+# memory and checks it every step. `cnlab checkpoint` must take a transparent ("process")
+# checkpoint with the job running on; a production job then pre-empts it, and it must resume from
+# its dump (same process, next step, device memory intact) once the GPU is free again.
+if [ "$(id -u)" -ne 0 ] || [ -z "$CRIU" ] || [ -z "$CUDA_CKPT" ]; then
+  echo "SKIP: needs root, criu and cuda-checkpoint (as above); not counted"
+else
+  api() { curl -s --cacert "$CNLAB_CA" -H "Authorization: Bearer $(cat "$CNLAB_TOKEN")" "$@"; }
+  kill "$AGENT_PID"
+  sleep 2
+  "$CNLAB" agent --data-dir "$WORK/agent" --join-token "$JOIN" --name gpu-check --no-vgpu \
+    --cuda-checkpoint "$CUDA_CKPT" --checkpoint-grace 1s >"$WORK/agent2.out" 2>"$WORK/agent2.log" &
+  PIDS+=($!)
+  for _ in $(seq 100); do grep -q "running" "$WORK/agent2.out" 2>/dev/null && break; sleep 0.1; done
+  grep -o "gpu_checkpoint=[a-z]*" "$WORK/agent2.log" | head -1
+  python3 - "$WORK/cuda_counter.py" "$GPUS" > "$WORK/ckpt-job.json" <<'PY'
+import json, sys
+print(json.dumps({"metadata": {"name": "gpu-ckpt"}, "spec": {"project": "default", "gpu": sys.argv[2],
+    "cpu_milli": 1000, "memory_mib": 4096, "checkpointable": True, "priority_class": "opportunistic",
+    "command": ["python3", "-u", "-c", open(sys.argv[1]).read()]}}))
+PY
+  CID=$(api -X POST "$URL/v1/jobs" -d @"$WORK/ckpt-job.json" | python3 -c 'import json,sys; print(json.load(sys.stdin)["metadata"]["name"])')
+  steps() { api "$URL/v1/jobs/$CID/logs" | python3 -c 'import json,sys
+print(" ".join(json.loads(l)["text"].split()[1] for l in sys.stdin if json.loads(l)["text"].startswith("step ")))'; }
+  status() { api "$URL/v1/jobs/$CID" | python3 -c "import json,sys; s=json.load(sys.stdin)['status']; print($1)"; }
+  for _ in $(seq 300); do [ "$(steps | wc -w)" -ge 10 ] && break; sleep 0.2; done
+  "$CNLAB" checkpoint "$CID"
+  for _ in $(seq 300); do [ "$(status "s.get('checkpoint', {}).get('kind', '')")" = process ] && break; sleep 0.2; done
+  KIND=$(status "s.get('checkpoint', {}).get('kind', '')")
+  AT=$(steps | wc -w); sleep 2
+  if [ "$KIND" = process ] && [ "$(steps | wc -w)" -gt "$AT" ]; then
+    echo "PASS: a transparent checkpoint of the CUDA job, which ran on ($(grep -o 'job CUDA state suspended[^ ]* [^ ]* processes=[0-9]*' "$WORK/agent2.log" | head -1))"
+  else
+    echo "FAIL: checkpoint kind '${KIND}' (expected process), steps $AT then $(steps | wc -w); $(grep -E 'CUDA|checkpoint' "$WORK/agent2.log" | tail -n 3)"; fail=1
+  fi
+  # Every GPU of the node, so that it must pre-empt the counter.
+  NGPU=$(api "$URL/v1/nodes/gpu-check" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["status"].get("gpus",[])))')
+  cat > "$WORK/urgent.json" <<JOB
+{"metadata":{"name":"urgent"},"spec":{"project":"default","gpu":"${GPUS}x${NGPU}","cpu_milli":1000,"memory_mib":256,
+ "priority_class":"production","command":["sleep","3"]}}
+JOB
+  UID_=$(api -X POST "$URL/v1/jobs" -d @"$WORK/urgent.json" | python3 -c 'import json,sys; print(json.load(sys.stdin)["metadata"]["name"])')
+  for _ in $(seq 600); do
+    EV=$(status "' '.join(e.get('reason', '') for e in s.get('events', []))")
+    case "$EV" in *"processes restored"*) break ;; esac
+    sleep 0.2
+  done
+  sleep 3
+  ALL=$(steps)
+  if echo "$EV" | grep -q "processes restored" && ! api "$URL/v1/jobs/$CID/logs" | grep -q '"FAIL'; then
+    python3 - "$ALL" <<'PY' && echo "PASS: pre-empted, dumped with its GPU state and resumed: every step once, device memory intact" || fail=1
+import sys
+steps = [int(s) for s in sys.argv[1].split()]
+ok = steps == list(range(len(steps))) and len(steps) > 20
+if not ok: print('FAIL: steps after the resume are not one run without a gap or a repeat:', steps[-30:])
+sys.exit(0 if ok else 1)
+PY
+  else
+    echo "FAIL: not resumed from its dump: $(echo "$EV" | tail -c 300); $(api "$URL/v1/jobs/$CID/logs" | grep FAIL | head -n 1)"; fail=1
+  fi
+  api -X POST "$URL/v1/jobs/$CID/cancel" >/dev/null; api -X POST "$URL/v1/jobs/$UID_/cancel" >/dev/null
 fi
 
 section "result"

@@ -100,7 +100,8 @@ JobRunner::JobRunner(const RunnerContext& context, model::Job job, fs::path dir,
       job_(std::move(job)) {
   // The server keeps one sequence per node and job: a later run of the job on this node (after a
   // pre-emption) numbers its lines above the earlier runs' (attempts counts the starts before it).
-  seq_base_ = static_cast<uint64_t>(job_.status.attempts) << 32;
+  // Records (below 2^32) times kNoteSlots (2^10) fit below 2^42.
+  seq_base_ = static_cast<uint64_t>(job_.status.attempts) << 42;
 }
 
 JobRunner::~JobRunner() {
@@ -600,7 +601,7 @@ bool JobRunner::ship_logs(OutputReader& reader, bool until_end) {
     for (const auto& line : *lines) {
       bytes += line.text.size() + 64;
       if (line.stream == OutputStream::kStderr && !line.text.empty()) last_stderr_ = line.text;
-      batch.push_back({{"seq", seq_base_ + line.seq},
+      batch.push_back({{"seq", shipped_seq(line.seq)},
                        {"stream", std::string(to_string(line.stream))},
                        {"time", format_rfc3339(std::chrono::time_point_cast<std::chrono::seconds>(line.time))},
                        {"text", line.text}});
@@ -645,9 +646,15 @@ bool JobRunner::post_lines(const Json& lines, size_t count) {
 }
 
 void JobRunner::note(const std::string& text) {
-  uint64_t seq = std::max(acked_.seq, next_note_seq_) + 1;
-  next_note_seq_ = seq;
-  Json lines = Json::array({{{"seq", seq_base_ + seq}, {"stream", "stderr"}, {"time", now_text()}, {"text", "cnlab: " + text}}});
+  if (notes_after_record_ != acked_.seq) notes_after_ = 0;
+  notes_after_record_ = acked_.seq;
+  if (notes_after_ + 1 >= kNoteSlots) {
+    spdlog::warn("job note not shipped job=\"{}\" text=\"{}\": {} notes since its last output line", job_id_, text,
+                 notes_after_);
+    return;
+  }
+  const uint64_t seq = shipped_seq(acked_.seq) + ++notes_after_;
+  Json lines = Json::array({{{"seq", seq}, {"stream", "stderr"}, {"time", now_text()}, {"text", "cnlab: " + text}}});
   (void)post_lines(lines, 1);
 }
 

@@ -242,8 +242,15 @@ class JobRunner {
 
   std::optional<JobHandle> handle_;
   OutputCursor acked_;            // what the server has stored
-  uint64_t next_note_seq_ = 0;    // agent notes continue after the output's records
-  uint64_t seq_base_ = 0;         // added to every shipped line's seq (see the constructor)
+  // Shipped lines' numbers (the server's node_seq, which must grow): output record N is
+  // seq_base_ + N * kNoteSlots, and the agent's notes take the numbers between the last record
+  // shipped and the next, so that a note never takes the number of an output line still to come
+  // (the server drops a line not above the last number it stored from this node).
+  static constexpr uint64_t kNoteSlots = 1024;
+  uint64_t shipped_seq(uint64_t record) const { return seq_base_ + record * kNoteSlots; }
+  uint64_t notes_after_ = 0;      // notes posted since the record acked_ names
+  uint64_t notes_after_record_ = 0;
+  uint64_t seq_base_ = 0;         // the attempt's numbers start here (see the constructor)
   bool reported_running_ = false;
   std::chrono::steady_clock::time_point cursor_saved_at_{};
   std::string last_stderr_;       // for the message of a failed job

@@ -19,6 +19,7 @@
 namespace cnlab::server::test_support {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 
@@ -517,6 +518,120 @@ TEST_F(MigrationTest, AJobThatCannotMigrateIsRefusedWithTheReason) {
   EXPECT_THAT(nowhere.dump(), HasSubstr("node-zzz"));
   cancel_and_wait(gpu_job);
   cancel_and_wait(counter);
+}
+
+// A GPU job on nodes with NVIDIA's cuda-checkpoint, here a TEST DOUBLE of it
+// (tests/fakes/fake_cuda_checkpoint.py: the real utility's command line and state machine, no
+// GPU), which keeps each process's CUDA state in its working directory: the job's "CUDA calls"
+// (one a tick) block while that state is not running, as a real process's do while locked.
+constexpr const char* kCudaCounter = R"(
+import os, subprocess, sys, time
+state = f'.fake-cuda-state.{os.getpid()}'
+plain = {k: v for k, v in os.environ.items() if not k.startswith('FAKE_CUDA')}
+child = subprocess.Popen([sys.executable, '-c', 'import time\nwhile True: time.sleep(0.05)'], env=plain)
+i = 0
+while True:
+    while os.path.exists(state) and open(state).read() != 'running':
+        time.sleep(0.01)
+    print(f'tick {i} pid {os.getpid()} child {child.pid} alive {child.poll() is None}', flush=True)
+    i += 1
+    time.sleep(0.1)
+)";
+
+class GpuMigrationTest : public MigrationTest {
+ protected:
+  AgentProcess& add_gpu_agent(const std::string& name) {
+    return add_agent(name, "h100x2", {"--cuda-checkpoint", CNLAB_FAKE_CUDA_CHECKPOINT});
+  }
+  std::string submit_cuda_counter() {
+    Json body = job_body("default", "h100", {"python3", "-u", "-c", kCudaCounter});
+    body["spec"]["memory_mib"] = 256;
+    body["spec"]["priority_class"] = "opportunistic";
+    body["spec"]["checkpointable"] = true;
+    body["spec"]["env"] = {{"FAKE_CUDA_CONTEXT", "1"}};
+    return call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
+  }
+  // What the utility did to the job on `node`: "<pid in its namespace> <action>[ <device map>]".
+  std::vector<std::string> cuda_actions(const std::string& node, const std::string& id) {
+    std::ifstream in(nodes_.path() + "/agent-" + node + "/jobs/" + agent::cgroup_name_for(id) + "/work/.fake-cuda-actions");
+    std::vector<std::string> out;
+    for (std::string line; std::getline(in, line);) out.push_back(line);
+    return out;
+  }
+  std::string gpu_uuid(const std::string& id) {
+    const Json binding = get_job(*admin_, id)["status"]["placement"][0];
+    return "GPU-" + binding["node"].get<std::string>() + "-" + std::to_string(binding["gpus"][0]["index"].get<int>());
+  }
+};
+
+TEST_F(GpuMigrationTest, AGpuJobsCheckpointCarriesItsGpuStateAndResumesOnAnotherNodesGpu) {
+  add_gpu_agent("node-a");
+  std::string id = submit_cuda_counter();
+  ASSERT_TRUE(eventually([&] { return last_tick(id) >= 5; }, 20s)) << agents_[0]->log();
+  const std::string from_gpu = gpu_uuid(id);
+  const std::string pid = ticks(texts(logs(id))).back().pid;
+  auto [code, said] = cnlab("checkpoint " + id);
+  EXPECT_EQ(code, 0) << said;
+  ASSERT_TRUE(eventually([&] { return get_job(*admin_, id)["status"].contains("checkpoint"); }, 20s))
+      << agents_[0]->log();
+  EXPECT_EQ(get_job(*admin_, id)["status"]["checkpoint"]["kind"], "process") << "a transparent one, GPU and all";
+  // Suspended for the dump, resumed when thawed.
+  EXPECT_THAT(cuda_actions("node-a", id),
+              ElementsAre(pid + " lock", pid + " checkpoint", pid + " restore", pid + " unlock"));
+  const int checkpointed_by = last_tick(id);
+  ASSERT_TRUE(eventually([&] { return last_tick(id) >= checkpointed_by + 10; }, 20s)) << "it ran on after the checkpoint";
+  agents_[0]->stop(SIGKILL);
+  kill_job_processes(id);
+  const auto at_death = ticks(texts(logs(id)));
+  add_gpu_agent("node-b");
+  ASSERT_TRUE(eventually([&] { return placed_on(id) == "node-b" && get_job(*admin_, id)["status"]["phase"] == "Running"; }, 30s))
+      << events(id);
+  ASSERT_TRUE(eventually([&] { return ticks(texts(logs(id))).size() >= at_death.size() + 5; }, 20s)) << agents_[1]->log();
+  const auto all = ticks(texts(logs(id)));
+  const Tick& resumed = all[at_death.size()];
+  EXPECT_GT(resumed.n, 0) << "resumed from the checkpoint, not from the beginning";
+  EXPECT_LE(resumed.n, at_death.back().n - 3);
+  EXPECT_EQ(resumed.pid, pid);
+  // The dump carried the state it was taken in (locked, checkpointed); node-b restored it onto its
+  // own GPU and unlocked it.
+  EXPECT_THAT(cuda_actions("node-b", id),
+              ElementsAre(pid + " lock", pid + " checkpoint", pid + " restore " + from_gpu + "=" + gpu_uuid(id),
+                          pid + " unlock"));
+  EXPECT_THAT(events(id), HasSubstr("processes restored (dumped on node-a)"));
+  cancel_and_wait(id);
+}
+
+TEST_F(GpuMigrationTest, AGpuJobWithTheVgpuLibraryAttachedSavesItsOwnStateInstead) {
+  add_gpu_agent("node-a");
+  // What libcnlab-vgpu.so does at a job's first CUDA call: map the job's tenant region.
+  const std::string attach = R"(
+import mmap, os, signal, time
+f = open(os.path.join(os.environ['CNLAB_VGPU_DIR'], 'tenants', os.environ['CNLAB_VGPU_TENANT']), 'rb')
+region = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+signal.signal(signal.SIGUSR1, lambda *_: print('saving my own state', flush=True))
+print('attached', flush=True)
+while True: time.sleep(0.1)
+)";
+  Json body = job_body("default", "h100", {"python3", "-u", "-c", attach});
+  body["spec"]["memory_mib"] = 256;
+  body["spec"]["checkpointable"] = true;
+  std::string id = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
+  ASSERT_TRUE(eventually([&] { return !texts(logs(id)).empty(); }, 20s)) << agents_[0]->log();
+  ASSERT_EQ(texts(logs(id)).front(), "attached");
+  auto [code, said] = cnlab("checkpoint " + id);
+  EXPECT_EQ(code, 0) << said;
+  auto has_line = [&](const std::string& text) {
+    const auto lines = texts(logs(id));
+    return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) { return l.find(text) != std::string::npos; });
+  };
+  // Its line after the agent's note arrives too: a note once took the number of the job's next
+  // output line, which the server then dropped as already stored.
+  ASSERT_TRUE(eventually([&] { return has_line("saving my own state"); }, 20s))
+      << ::testing::PrintToString(texts(logs(id))) << agents_[0]->log();
+  EXPECT_TRUE(has_line("no transparent one here (the job's processes have libcnlab-vgpu.so attached"))
+      << ::testing::PrintToString(texts(logs(id)));
+  EXPECT_FALSE(get_job(*admin_, id)["status"].contains("checkpoint")) << "no process checkpoint was taken";
+  cancel_and_wait(id);
 }
 
 }  // namespace
