@@ -635,7 +635,7 @@ PY
   fi
 fi
 
-section "a CUDA job checkpointed and resumed through the agent (cuda-checkpoint)"
+section "a CUDA job checkpointed, resumed and live-migrated through the agents (cuda-checkpoint)"
 # The agent restarted with --cuda-checkpoint and --no-vgpu (a job with libcnlab-vgpu.so attached is
 # not dumped: docs/checkpoint.md); a checkpointable job on a whole GPU keeps a counter in device
 # memory and checks it every step. `cnlab checkpoint` must take a transparent ("process")
@@ -698,6 +698,39 @@ PY
     echo "FAIL: not resumed from its dump: $(echo "$EV" | tail -c 300); $(api "$URL/v1/jobs/$CID/logs" | grep FAIL | head -n 1)"; fail=1
   fi
   api -X POST "$URL/v1/jobs/$CID/cancel" >/dev/null; api -X POST "$URL/v1/jobs/$UID_/cancel" >/dev/null
+
+  # Live migration between two agents on this machine (two nodes sharing its GPUs, which the job
+  # releases while it is suspended): the job must carry on on the other node, every step once,
+  # device memory intact.
+  "$CNLAB" agent --data-dir "$WORK/agent-b" --join-token "$("$CNLAB" admin join-token create | tail -1)" \
+    --name gpu-check-b --no-vgpu --cuda-checkpoint "$CUDA_CKPT" >"$WORK/agent-b.out" 2>"$WORK/agent-b.log" &
+  PIDS+=($!)
+  for _ in $(seq 100); do grep -q "running" "$WORK/agent-b.out" 2>/dev/null && break; sleep 0.1; done
+  sleep 2   # its peer endpoint reaches the server with its first heartbeat
+  api -X POST "$URL/v1/nodes/gpu-check-b/cordon" >/dev/null   # the job starts on gpu-check
+  sed 's/"gpu-ckpt"/"gpu-move"/' "$WORK/ckpt-job.json" > "$WORK/move-job.json"
+  CID=$(api -X POST "$URL/v1/jobs" -d @"$WORK/move-job.json" | python3 -c 'import json,sys; print(json.load(sys.stdin)["metadata"]["name"])')
+  for _ in $(seq 300); do [ "$(steps | wc -w)" -ge 10 ] && break; sleep 0.2; done
+  api -X POST "$URL/v1/nodes/gpu-check-b/uncordon" >/dev/null
+  if "$CNLAB" migrate "$CID" --to gpu-check-b; then
+    sleep 3
+    NODE=$(status "s['placement'][0]['node']")
+    PAUSE=$(status "' '.join(e.get('reason', '') for e in s.get('events', []) if e.get('type') == 'Migrated')")
+    if [ "$NODE" = gpu-check-b ] && ! api "$URL/v1/jobs/$CID/logs" | grep -q '"FAIL'; then
+      python3 - "$(steps)" <<'PY' && echo "PASS: live-migrated with its GPU state ($PAUSE)" || fail=1
+import sys
+steps = [int(s) for s in sys.argv[1].split()]
+ok = steps == list(range(len(steps))) and len(steps) > 20
+if not ok: print('FAIL: steps across the move are not one run without a gap or a repeat:', steps[-30:])
+sys.exit(0 if ok else 1)
+PY
+    else
+      echo "FAIL: after the move it runs on '${NODE}'; $(api "$URL/v1/jobs/$CID/logs" | grep FAIL | head -n 1)"; fail=1
+    fi
+  else
+    echo "FAIL: cnlab migrate: $(tail -n 3 "$WORK/agent2.log" "$WORK/agent-b.log")"; fail=1
+  fi
+  api -X POST "$URL/v1/jobs/$CID/cancel" >/dev/null
 fi
 
 section "result"

@@ -25,6 +25,7 @@ model::Node node_report(const NodeReportInput& input, const GpuBackend& backend,
   node.memory_mib = input.host.memory_mib;
   node.address = input.address;
   node.peer_address = input.peer_address;
+  node.gpu_checkpoint = input.gpu_checkpoint;
   node.agent_version = input.agent_version;
   std::vector<GpuInfo> gpus = backend.gpus();
   node.gpus = to_model_gpus(gpus);

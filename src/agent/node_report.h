@@ -24,6 +24,7 @@ struct NodeReportInput {
   std::string address;        // where the agent can be reached, host[:port]
   std::string agent_version;
   std::string peer_address = "";  // its peer endpoint, HOST:PORT; empty: it takes no live migrations
+  bool gpu_checkpoint = false;    // its runtime checkpoints GPU state (cuda-checkpoint)
 };
 
 // `previous` keeps the condition's last_transition while its status does not change.

@@ -65,6 +65,16 @@ Json to_json(const CheckpointRef& checkpoint) {
 
 namespace {
 
+Json gpus_to_json(const std::vector<GpuBinding>& bindings) {
+  Json gpus = Json::array();
+  for (const auto& g : bindings) {
+    Json gj = {{"index", g.index}, {"blocks", g.blocks}, {"vram_mib", g.vram_mib}};
+    if (g.mig_start >= 0) gj["mig_start"] = g.mig_start;
+    gpus.push_back(std::move(gj));
+  }
+  return gpus;
+}
+
 Json status_to_json(const JobStatus& status) {
   Json j = {{"phase", to_string(status.phase)}, {"submitted_at", format_rfc3339(status.submitted_at)}};
   if (status.started_at) j["started_at"] = format_rfc3339(*status.started_at);
@@ -72,15 +82,7 @@ Json status_to_json(const JobStatus& status) {
   if (status.gpu_active_at) j["gpu_active_at"] = format_rfc3339(*status.gpu_active_at);
   if (!status.placement.empty()) {
     Json nodes = Json::array();
-    for (const auto& binding : status.placement) {
-      Json gpus = Json::array();
-      for (const auto& g : binding.gpus) {
-        Json gj = {{"index", g.index}, {"blocks", g.blocks}, {"vram_mib", g.vram_mib}};
-        if (g.mig_start >= 0) gj["mig_start"] = g.mig_start;
-        gpus.push_back(std::move(gj));
-      }
-      nodes.push_back({{"node", binding.node}, {"gpus", std::move(gpus)}});
-    }
+    for (const auto& binding : status.placement) nodes.push_back({{"node", binding.node}, {"gpus", gpus_to_json(binding.gpus)}});
     j["placement"] = std::move(nodes);
   }
   if (!status.succeeded_nodes.empty()) j["succeeded_nodes"] = status.succeeded_nodes;
@@ -114,6 +116,8 @@ Json status_to_json(const JobStatus& status) {
     if (!m.dump_digest.empty()) move["dump_digest"] = m.dump_digest;
     if (m.progress_at) move["progress_at"] = format_rfc3339(*m.progress_at);
     if (!m.progress.empty()) move["progress"] = m.progress;
+    if (!m.gpus.empty()) move["gpus"] = gpus_to_json(m.gpus);
+    if (!m.from_gpus.empty()) move["from_gpus"] = gpus_to_json(m.from_gpus);
     j["migration"] = std::move(move);
   }
   return j;
@@ -205,25 +209,29 @@ JobSpec read_spec(JsonReader& r) {
   return spec;
 }
 
+std::vector<GpuBinding> read_gpu_bindings(const Json& array, const std::string& path, JsonReader& parent) {
+  std::vector<GpuBinding> bindings;
+  for (size_t k = 0; k < array.size(); ++k) {
+    JsonReader g(array[k], fmt::format("{}[{}]", path, k));
+    g.only({"index", "blocks", "vram_mib", "mig_start"});
+    GpuBinding gb;
+    gb.index = static_cast<int>(g.integer_or("index", 0, 0, 1023));
+    gb.blocks = static_cast<int>(g.integer_or("blocks", kBlocksPerGpu, 1, kBlocksPerGpu));
+    gb.vram_mib = g.integer_or("vram_mib", 0, 0, kMaxMemoryMib);
+    gb.mig_start = static_cast<int>(g.integer_or("mig_start", -1, -1, kMigMemorySlots - 1));
+    if (!g.status()) parent.fail(g.status().error());
+    bindings.push_back(gb);
+  }
+  return bindings;
+}
+
 std::vector<NodeBinding> read_placement(const Json& array, const std::string& path, JsonReader& parent) {
   std::vector<NodeBinding> placement;
   for (size_t i = 0; i < array.size(); ++i) {
     JsonReader node(array[i], fmt::format("{}[{}]", path, i));
     node.only({"node", "gpus"});
     NodeBinding binding{node.string("node"), {}};
-    if (const Json* gpus = node.array("gpus")) {
-      for (size_t k = 0; k < gpus->size(); ++k) {
-        JsonReader g((*gpus)[k], fmt::format("{}[{}].gpus[{}]", path, i, k));
-        g.only({"index", "blocks", "vram_mib", "mig_start"});
-        GpuBinding gb;
-        gb.index = static_cast<int>(g.integer_or("index", 0, 0, 1023));
-        gb.blocks = static_cast<int>(g.integer_or("blocks", kBlocksPerGpu, 1, kBlocksPerGpu));
-        gb.vram_mib = g.integer_or("vram_mib", 0, 0, kMaxMemoryMib);
-        gb.mig_start = static_cast<int>(g.integer_or("mig_start", -1, -1, kMigMemorySlots - 1));
-        if (!g.status()) parent.fail(g.status().error());
-        binding.gpus.push_back(gb);
-      }
-    }
+    if (const Json* gpus = node.array("gpus")) binding.gpus = read_gpu_bindings(*gpus, node.path_of("gpus"), node);
     if (!node.status()) parent.fail(node.status().error());
     placement.push_back(std::move(binding));
   }
@@ -315,7 +323,7 @@ JobStatus read_status(JsonReader& r) {
     // pages_fingerprint and pages_token: what a migration under way before node certificates
     // carried; read and dropped (the migration then fails on its target and the job runs on).
     m.only({"to", "requested_at", "from", "frozen_at", "frozen_at_ms", "pages_from", "dump_digest", "progress_at",
-            "progress", "pages_fingerprint", "pages_token"});
+            "progress", "gpus", "from_gpus", "pages_fingerprint", "pages_token"});
     Migration move;
     move.to = m.string_or("to", "");
     move.requested_at = detail::required_time(m, "requested_at");
@@ -326,6 +334,8 @@ JobStatus read_status(JsonReader& r) {
     move.dump_digest = m.string_or("dump_digest", "");
     move.progress_at = m.time("progress_at");
     move.progress = m.string_or("progress", "");
+    if (const Json* gpus = m.array("gpus")) move.gpus = read_gpu_bindings(*gpus, m.path_of("gpus"), m);
+    if (const Json* gpus = m.array("from_gpus")) move.from_gpus = read_gpu_bindings(*gpus, m.path_of("from_gpus"), m);
     if (!m.status()) r.fail(m.status().error());
     status.migration = std::move(move);
   }

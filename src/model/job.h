@@ -163,6 +163,11 @@ struct Migration {
   // falls silent is given up.
   std::optional<Time> progress_at = std::nullopt;
   std::string progress = "";
+  // A job holding GPUs: those it takes on `to` (chosen when the move is decided, held there
+  // meanwhile), and those it held on the source, which a move given up after the hand-over binds
+  // it to again.
+  std::vector<GpuBinding> gpus = {};
+  std::vector<GpuBinding> from_gpus = {};
   bool operator==(const Migration&) const = default;
 };
 

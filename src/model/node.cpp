@@ -177,6 +177,7 @@ Json to_json(const Node& node) {
   if (!node.agent_version.empty()) status["agent_version"] = node.agent_version;
   if (!node.address.empty()) status["address"] = node.address;
   if (!node.peer_address.empty()) status["peer_address"] = node.peer_address;
+  if (node.gpu_checkpoint) status["gpu_checkpoint"] = true;
   if (node.power_down_candidate) status["power_down_candidate"] = true;
   return {{"kind", "Node"},
           {"metadata", to_json(node.meta)},
@@ -197,7 +198,7 @@ Result<Node> node_from_json(const Json& json) {
 
   JsonReader st(*parts->status, "status");
   st.only({"phase", "cpu_milli", "memory_mib", "simulated", "gpus", "idle_since", "last_heartbeat", "conditions",
-           "agent_version", "address", "peer_address", "power_down_candidate"});
+           "agent_version", "address", "peer_address", "gpu_checkpoint", "power_down_candidate"});
   node.phase = detail::read_enum(st, "phase", kPhases, NodePhase::kReady, "phases");
   node.cpu_milli = st.integer_or("cpu_milli", 0, 0, int64_t{1} << 40);
   node.memory_mib = st.integer_or("memory_mib", 0, 0, int64_t{1} << 40);
@@ -221,6 +222,7 @@ Result<Node> node_from_json(const Json& json) {
   node.agent_version = detail::bounded_string(st, "agent_version", 256);
   node.address = detail::bounded_string(st, "address", 1024);
   node.peer_address = detail::bounded_string(st, "peer_address", 1024);
+  node.gpu_checkpoint = st.boolean_or("gpu_checkpoint", false);
   node.power_down_candidate = st.boolean_or("power_down_candidate", false);
   if (!st.status()) return st.status().error();
   if (auto valid = validate(node); !valid) return valid.error();

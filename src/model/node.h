@@ -71,6 +71,9 @@ struct Node {
   // HOST:PORT of the agent's peer endpoint, where other agents stream migrating jobs to it over
   // mutual TLS (node certificates); empty: it takes no migrations.
   std::string peer_address;
+  // Its agent checkpoints and restores GPU state (NVIDIA's cuda-checkpoint): jobs holding GPUs may
+  // migrate from and to it.
+  bool gpu_checkpoint = false;
 
   // Whether it takes new work: Ready and not cordoned.
   bool schedulable() const { return phase == NodePhase::kReady && !unschedulable; }
@@ -78,10 +81,10 @@ struct Node {
 };
 
 // JSON: spec {"unschedulable"}; status {"phase", "cpu_milli", "memory_mib", "simulated", "gpus",
-// "idle_since", "last_heartbeat", "conditions", "agent_version", "address", "peer_address", "power_down_candidate"}; each GPU {"index",
+// "idle_since", "last_heartbeat", "conditions", "agent_version", "address", "peer_address", "gpu_checkpoint", "power_down_candidate"}; each GPU {"index",
 // "uuid", "model", "memory_mib", "healthy", "mig_enabled", "mig_instances", "simulated"}. Empty
-// conditions, agent_version, address and peer_address are omitted, and power_down_candidate when
-// false.
+// conditions, agent_version, address and peer_address are omitted, and gpu_checkpoint and
+// power_down_candidate when false.
 Json to_json(const Node& node);
 // Decodes and validates; the error names the JSON path of the first bad field, unknown fields are
 // refused, and absent fields take the defaults above (JSON from before a field existed decodes).

@@ -58,7 +58,8 @@ struct PolicyConfig {
   int max_migrations_per_cycle = 0;
   int max_moves_per_job = 4;
   // Whether jobs holding GPUs may move: their GPU memory and contexts move only where NVIDIA's
-  // cuda-checkpoint is on the nodes (the replay assumes it is; CNLab's agents cannot yet).
+  // cuda-checkpoint is on the nodes (the replay assumes it is; the server carries such a move out
+  // only between nodes that report gpu_checkpoint).
   bool migrate_gpu_jobs = false;
   // Whether a job may move jobs of a higher tier than its own. Off, a move never pauses work more
   // important than the job it makes room for (docs/benchmarks/replay.md measures both).

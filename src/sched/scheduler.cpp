@@ -202,17 +202,23 @@ class Cycle {
   }
 
   // A job moving live to another node still runs where it was until the target has it: the room it
-  // will take there (host CPU and memory; jobs holding GPUs do not move) is held meanwhile, so that
-  // no job is placed into it and the target is not over-committed when the job arrives.
+  // will take there (host CPU and memory, and the GPUs chosen for it) is held meanwhile, so that no
+  // job is placed into it and the target is not over-committed when the job arrives.
   void hold_migration_target(JobIndex j, Time end) {
     const model::Job& job = snap_.jobs[j];
-    if (!job.status.migration || job.status.placement.size() != 1 || !job.status.placement.front().gpus.empty()) return;
+    if (!job.status.migration || job.status.placement.size() != 1) return;
     const std::string& to = job.status.migration->to;
     const uint32_t node = state_.find_node(to);
     if (to.empty() || to == job.status.placement.front().node || node == kNone) return;
     const JobInfo& info = jobs_[j];
+    std::vector<PartUse>& uses = scratch_uses_;
+    uses.clear();
+    for (const auto& g : job.status.migration->gpus) {
+      const uint32_t p = state_.find_partition(node, g.index, g.mig_start);
+      if (p != kNone) uses.push_back({p, static_cast<int16_t>(g.blocks), g.vram_mib});
+    }
     bool over = false;
-    state_.allocate(j, node, info.shape.cpu_milli, info.shape.memory_mib, {}, false, info.started, end, &over);
+    state_.allocate(j, node, info.shape.cpu_milli, info.shape.memory_mib, uses, false, info.started, end, &over);
     ++job_allocations_[j].second;
   }
 

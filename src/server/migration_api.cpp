@@ -68,53 +68,66 @@ net::Response Api::migrate_job(const Call& call) {
   r.only({"to"});
   std::string to = r.string_or("to", "");
   if (!r.status()) return error_response(r.status().error());
-  if (std::string why = migration_refusal(seen); !why.empty()) {
-    return error_response(Error::failed_precondition("job " + id + " cannot migrate: " + why));
+  if (seen.status.placement.size() != 1) {
+    return error_response(Error::failed_precondition("job " + id + " cannot migrate: " + migration_refusal(seen, nullptr)));
   }
   const std::string source = seen.status.placement.front().node;
   // Checked and recorded with no scheduler cycle in between, nor another migrate request: neither
   // can then spend the room this move counts on.
   auto no_cycle = ctx_.hold_scheduler();
   // The target: the one asked for, or the node (not the source) that can take the job with the
-  // most free CPU.
-  auto chosen = ctx_.cache.read([&](const ObjectCache& c) -> Result<std::string> {
+  // most free CPU; and the GPUs it takes there.
+  struct Target {
+    std::string node;
+    std::vector<model::GpuBinding> gpus;
+  };
+  auto chosen = ctx_.cache.read([&](const ObjectCache& c) -> Result<Target> {
+    auto from = c.nodes.get(source);
+    if (!from.object) return Error::failed_precondition("job " + id + " cannot migrate: its node " + source + " is gone");
+    if (std::string why = migration_refusal(seen, from.object.get()); !why.empty()) {
+      return Error::failed_precondition("job " + id + " cannot migrate: " + why);
+    }
     const auto room = free_room(c);
+    auto gpus_on = [&](const model::Node& node) {
+      return migration_target_gpus(seen, *from.object, node, room.at(node.meta.name));
+    };
     if (!to.empty()) {
       auto node = c.nodes.get(to);
       if (!node.object) return Error::not_found("to", to, "no such node");
       if (to == source) return Error::invalid_argument("to", to, "the job already runs there; name another node");
-      std::string why = migration_target_refusal(seen, *node.object, room.at(to));
+      std::string why = migration_target_refusal(seen, *from.object, *node.object, room.at(to));
       if (!why.empty()) return Error::of(ErrorCode::kFailedPrecondition, "to", to, why);
-      return to;
+      return Target{to, *gpus_on(*node.object)};
     }
-    std::string best;
+    const model::Node* best = nullptr;
     int64_t best_cpu = -1;
     c.nodes.for_each([&](const std::string& name, const model::Node& node, int64_t) {
       const NodeRoom& free = room.at(name);
-      if (name == source || !migration_target_refusal(seen, node, free).empty()) return;
+      if (name == source || !migration_target_refusal(seen, *from.object, node, free).empty()) return;
       if (free.cpu_milli > best_cpu) {
-        best = name;
+        best = &node;
         best_cpu = free.cpu_milli;
       }
     });
-    if (best.empty()) {
+    if (!best) {
       return Error::failed_precondition("no other node can take job " + id +
-                                        " (each is cordoned, not Ready, takes no migrations or lacks the CPU or "
-                                        "memory it needs): nowhere to migrate it");
+                                        " (each is cordoned, not Ready, takes no migrations or lacks the CPU, "
+                                        "memory or GPUs it needs): nowhere to migrate it");
     }
-    return best;
+    return Target{best->meta.name, *gpus_on(*best)};
   });
   if (!chosen) return error_response(chosen.error());
-  Json audit = audit_record(call, "jobs.migrate", target, "ok", {{"from", source}, {"to", *chosen}});
+  Json audit = audit_record(call, "jobs.migrate", target, "ok", {{"from", source}, {"to", chosen->node}});
   auto updated = update_job(
       ctx_.store, &ctx_.cache, id,
       [&](model::Job& job) -> Result<bool> {
-        if (std::string why = migration_refusal(job); !why.empty()) {
+        if (std::string why = migration_refusal(job, nullptr); !why.empty()) {
           return Error::failed_precondition("job " + id + " cannot migrate: " + why);
         }
-        job.status.migration = model::Migration{*chosen, call.now, "", std::nullopt};
+        job.status.migration = model::Migration{chosen->node, call.now, "", std::nullopt};
+        job.status.migration->gpus = chosen->gpus;
         job.status.events.push_back({model::JobEventType::kMigrationRequested, call.now,
-                                     fmt::format("migration from {} to {} requested by {}", source, *chosen,
+                                     fmt::format("migration from {} to {} requested by {}", source, chosen->node,
                                                  call.caller.user)});
         return true;
       },

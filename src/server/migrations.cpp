@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
+#include "model/gpu_catalog.h"
 #include "server/job_writes.h"
 
 namespace cnlab::server {
@@ -12,8 +15,9 @@ void bind_to_migration_target(model::Job& job, const std::string& source, int64_
   move.from = source;
   move.frozen_at = now;
   move.frozen_at_ms = frozen_at_ms;
+  if (job.status.placement.size() == 1) move.from_gpus = job.status.placement.front().gpus;
   job.status.phase = model::JobPhase::kScheduled;
-  job.status.placement = {model::NodeBinding{move.to, {}}};
+  job.status.placement = {model::NodeBinding{move.to, move.gpus}};
   job.status.events.push_back({model::JobEventType::kScheduled, now,
                                fmt::format("migrating from {} to {}: restored there from the dump", source, move.to)});
 }
@@ -23,7 +27,7 @@ void roll_back_migration(model::Job& job, Time now, const std::string& why) {
   job.status.migration.reset();
   if (!move.from.empty()) {
     job.status.phase = model::JobPhase::kRunning;
-    job.status.placement = {model::NodeBinding{move.from, {}}};
+    job.status.placement = {model::NodeBinding{move.from, move.from_gpus}};
     if (!job.status.started_at) job.status.started_at = now;
     job.status.waiting_reason.clear();
   }
@@ -32,7 +36,7 @@ void roll_back_migration(model::Job& job, Time now, const std::string& why) {
                                                         : "; it carries on on " + move.from)});
 }
 
-std::string migration_refusal(const model::Job& job) {
+std::string migration_refusal(const model::Job& job, const model::Node* source) {
   if (job.status.phase != model::JobPhase::kRunning) {
     return "the job is " + std::string(to_string(job.status.phase)) + "; only a Running job migrates";
   }
@@ -40,10 +44,15 @@ std::string migration_refusal(const model::Job& job) {
   if (job.status.cancel_requested) return "the job is being cancelled";
   if (job.status.migration) return "a migration of the job is already under way";
   if (job.status.placement.size() != 1) return "a gang job (several nodes) does not migrate";
-  if (!job.status.placement.front().gpus.empty()) {
-    // A move would need GPUs chosen and held on the target while the job still holds its own.
-    return "the job holds GPUs, and a live migration does not yet choose GPUs on its target; pre-empt it instead "
-           "(it resumes from its checkpoint, with its GPU memory where its node has NVIDIA's cuda-checkpoint)";
+  const auto& gpus = job.status.placement.front().gpus;
+  if (gpus.empty()) return "";
+  if (std::any_of(gpus.begin(), gpus.end(), [](const model::GpuBinding& g) { return g.mig_start >= 0; })) {
+    return "the job holds a MIG instance, which a live migration does not move; pre-empt it instead";
+  }
+  if (source && !source->gpu_checkpoint) {
+    return "the job holds GPUs, and node " + source->meta.name +
+           " does not checkpoint GPU state (its agent has no NVIDIA cuda-checkpoint, or runs jobs with "
+           "libcnlab-vgpu.so); pre-empt it instead (it resumes from its checkpoint)";
   }
   return "";
 }
@@ -51,8 +60,19 @@ std::string migration_refusal(const model::Job& job) {
 std::map<std::string, NodeRoom> free_room(const ObjectCache& cache) {
   std::map<std::string, NodeRoom> room;
   cache.nodes.for_each([&](const std::string& name, const model::Node& node, int64_t) {
-    room[name] = {node.cpu_milli, node.memory_mib};
+    NodeRoom& free = room[name];
+    free = {node.cpu_milli, node.memory_mib, {}};
+    for (const auto& gpu : node.gpus) free.gpus.push_back({model::kBlocksPerGpu, gpu.memory_mib});
   });
+  auto take_gpus = [&](const std::string& node, const std::vector<model::GpuBinding>& gpus) {
+    auto it = room.find(node);
+    if (it == room.end()) return;
+    for (const auto& g : gpus) {
+      if (g.index < 0 || g.index >= static_cast<int>(it->second.gpus.size())) continue;
+      it->second.gpus[static_cast<size_t>(g.index)].blocks -= g.blocks;
+      it->second.gpus[static_cast<size_t>(g.index)].vram_mib -= g.vram_mib;
+    }
+  };
   auto take = [&](const std::string& node, const model::JobSpec& spec, size_t share, size_t of) {
     auto it = room.find(node);
     if (it == room.end()) return;
@@ -69,15 +89,47 @@ std::map<std::string, NodeRoom> free_room(const ObjectCache& cache) {
     for (const auto& binding : placement) {
       take(binding.node, job.spec, gpus_total == 0 ? 1 : binding.gpus.size(),
            gpus_total == 0 ? placement.size() : gpus_total);
+      take_gpus(binding.node, binding.gpus);
     }
     if (job.status.migration && placement.size() == 1 && job.status.migration->to != placement.front().node) {
       take(job.status.migration->to, job.spec, 1, 1);
+      take_gpus(job.status.migration->to, job.status.migration->gpus);
     }
   });
   return room;
 }
 
-std::string migration_target_refusal(const model::Job& job, const model::Node& node, const NodeRoom& room) {
+Result<std::vector<model::GpuBinding>> migration_target_gpus(const model::Job& job, const model::Node& source,
+                                                             const model::Node& node, const NodeRoom& room) {
+  std::vector<model::GpuBinding> chosen;
+  if (job.status.placement.size() != 1) return chosen;
+  std::vector<bool> taken(node.gpus.size(), false);
+  for (const auto& held : job.status.placement.front().gpus) {
+    if (held.index < 0 || held.index >= static_cast<int>(source.gpus.size())) {
+      return Error::failed_precondition(fmt::format("node {} has no GPU {} (the job's binding)", source.meta.name, held.index));
+    }
+    const model::ModelId gpu_model = source.gpus[static_cast<size_t>(held.index)].model;
+    int best = -1;
+    for (size_t i = 0; i < node.gpus.size() && i < room.gpus.size(); ++i) {
+      const model::Gpu& gpu = node.gpus[i];
+      const GpuRoom& free = room.gpus[i];
+      if (taken[i] || gpu.model != gpu_model || gpu.mig_enabled || !gpu.healthy) continue;
+      if (free.blocks < held.blocks || free.vram_mib < held.vram_mib) continue;
+      if (best < 0 || free.blocks < room.gpus[static_cast<size_t>(best)].blocks) best = static_cast<int>(i);
+    }
+    if (best < 0) {
+      return Error::failed_precondition(fmt::format(
+          "node {} has no {} GPU outside MIG with {} blocks and {} MiB of VRAM free for it", node.meta.name,
+          model::gpu_model(gpu_model).name, held.blocks, held.vram_mib));
+    }
+    taken[static_cast<size_t>(best)] = true;
+    chosen.push_back({best, held.blocks, held.vram_mib, -1});
+  }
+  return chosen;
+}
+
+std::string migration_target_refusal(const model::Job& job, const model::Node& source, const model::Node& node,
+                                     const NodeRoom& room) {
   const std::string& name = node.meta.name;
   if (!node.schedulable()) {
     return fmt::format("node {} is {}{}: it takes no new work", name, to_string(node.phase),
@@ -89,6 +141,12 @@ std::string migration_target_refusal(const model::Job& job, const model::Node& n
                        std::max<int64_t>(room.cpu_milli, 0), std::max<int64_t>(room.memory_mib, 0),
                        job.spec.cpu_milli, job.spec.memory_mib);
   }
+  const bool holds_gpus = job.status.placement.size() == 1 && !job.status.placement.front().gpus.empty();
+  if (holds_gpus && !node.gpu_checkpoint) {
+    return "node " + name + " does not restore GPU state (its agent has no NVIDIA cuda-checkpoint, or runs jobs with "
+           "libcnlab-vgpu.so)";
+  }
+  if (auto gpus = migration_target_gpus(job, source, node, room); !gpus) return gpus.error().message;
   return "";
 }
 

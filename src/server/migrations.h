@@ -22,23 +22,38 @@
 namespace cnlab::server {
 
 // The source's dump of a migrating job is stored: bind it to the target (phase Scheduled, its run
-// time kept). Only single-node jobs without GPUs migrate (see migration_refusal).
+// time kept) and the GPUs chosen there (Migration::gpus). Only single-node jobs migrate, and those
+// holding GPUs only between nodes that checkpoint GPU state (see migration_refusal).
 void bind_to_migration_target(model::Job& job, const std::string& source, int64_t frozen_at_ms, Time now);
 // Gives a migrating job back to its source (bound there, Running), with a MigrationFailed event.
 void roll_back_migration(model::Job& job, Time now, const std::string& why);
-// Why `job` cannot migrate now, or "" when it can.
-std::string migration_refusal(const model::Job& job);
+// Why `job` cannot migrate now from `source` (its node; null when unknown), or "" when it can. A job
+// holding GPUs moves only off a node whose agent checkpoints GPU state, and not out of a MIG instance.
+std::string migration_refusal(const model::Job& job, const model::Node* source);
 
 // Host CPU and memory each node has free, as the scheduler counts them: its capacity less what the
-// jobs bound to it (Scheduled or Running) ask for and what the migrations heading there will.
+// jobs bound to it (Scheduled or Running) ask for and what the migrations heading there will; and
+// per GPU, the 1% blocks and VRAM not bound.
+struct GpuRoom {
+  int blocks = 0;
+  int64_t vram_mib = 0;
+};
 struct NodeRoom {
   int64_t cpu_milli = 0;
   int64_t memory_mib = 0;
+  std::vector<GpuRoom> gpus;  // by index
 };
 std::map<std::string, NodeRoom> free_room(const ObjectCache& cache);
-// Why `job` cannot move onto `node` (cordoned, not Ready, no peer endpoint, not enough free CPU
-// or memory in `room`), or "" when it can.
-std::string migration_target_refusal(const model::Job& job, const model::Node& node, const NodeRoom& room);
+// The GPUs `job` would take on `node`: for each GPU it holds on `source`, in order, one of the same
+// model outside MIG with its blocks and VRAM free in `room` (the fullest such, to keep whole GPUs
+// free); an error saying what is missing. Empty for a job without GPUs.
+Result<std::vector<model::GpuBinding>> migration_target_gpus(const model::Job& job, const model::Node& source,
+                                                             const model::Node& node, const NodeRoom& room);
+// Why `job` cannot move from `source` onto `node` (cordoned, not Ready, no peer endpoint, not
+// enough free CPU or memory in `room`; for a job holding GPUs, no GPU checkpoints there or no GPUs
+// for it), or "" when it can.
+std::string migration_target_refusal(const model::Job& job, const model::Node& source, const model::Node& node,
+                                     const NodeRoom& room);
 
 class MigrationWatch {
  public:

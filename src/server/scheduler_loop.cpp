@@ -233,9 +233,9 @@ size_t SchedulerLoop::commit(const sched::CycleResult& result) {
   }
   // Moves for room are asked of the agents as `cnlab migrate` asks them (the source freezes and
   // dumps the job, the target restores it; see migrations.h). A move the cluster cannot carry out
-  // (a job holding GPUs, on nodes without cuda-checkpoint; a target whose agent takes no
-  // migrations) is not asked for, and the job it was for
-  // is not bound: it waits for the next cycle.
+  // (a job holding GPUs off or onto a node that does not checkpoint GPU state; a target whose
+  // agent takes no migrations) is not asked for, and the job it was for is not bound: it waits for
+  // the next cycle.
   std::set<sched::JobIndex> not_moved;
   // A drain (sched/drain.h) moves every job off a node for power-down, for no waiting job; it is
   // worth its pauses only whole, so when one of a node's drain moves cannot be carried out (a job
@@ -243,10 +243,18 @@ size_t SchedulerLoop::commit(const sched::CycleResult& result) {
   std::map<std::string, std::string> drain_refused;  // node -> why
   auto move_refusal = [&](const sched::Migration& m, const model::Job& job) -> std::string {
     if (m.to.size() != 1) return "the scheduler chose several nodes";
-    if (std::string why = migration_refusal(job); !why.empty()) return why;
+    const model::Node* source = nullptr;
+    if (job.status.placement.size() == 1) {
+      auto slot = node_slot_.find(job.status.placement.front().node);
+      if (slot != node_slot_.end()) source = &snapshot_.nodes[slot->second];
+    }
+    if (std::string why = migration_refusal(job, source); !why.empty()) return why;
     const model::Node& target = snapshot_.nodes[m.to.front().node];
     if (target.peer_address.empty()) {
       return "node " + target.meta.name + " takes no migrations (its agent reported no peer endpoint)";
+    }
+    if (!m.to.front().gpus.empty() && !target.gpu_checkpoint) {
+      return "node " + target.meta.name + " does not restore GPU state";
     }
     return "";
   };
@@ -278,6 +286,7 @@ size_t SchedulerLoop::commit(const sched::CycleResult& result) {
     const std::string purpose = drain ? fmt::format("to empty node {} for power-down", from)
                                       : fmt::format("to make room for job {}", for_job);
     job.status.migration = model::Migration{to, now, "", std::nullopt, 0};
+    for (const auto& g : m.to.front().gpus) job.status.migration->gpus.push_back({g.gpu, g.blocks, g.vram_mib, g.mig_start});
     job.status.events.push_back({model::JobEventType::kMigrationRequested, now,
                                  fmt::format("migration from {} to {} decided by the scheduler {} (expected pause {} ms)",
                                              from, to, purpose, m.pause.count())});

@@ -540,8 +540,11 @@ while True:
 
 class GpuMigrationTest : public MigrationTest {
  protected:
-  AgentProcess& add_gpu_agent(const std::string& name) {
-    return add_agent(name, "h100x2", {"--cuda-checkpoint", CNLAB_FAKE_CUDA_CHECKPOINT});
+  // `vgpu`: jobs run with libcnlab-vgpu.so, whose regions keep GPU jobs from moving live.
+  AgentProcess& add_gpu_agent(const std::string& name, bool vgpu = true) {
+    std::vector<std::string> flags = {"--cuda-checkpoint", CNLAB_FAKE_CUDA_CHECKPOINT};
+    if (!vgpu) flags.push_back("--no-vgpu");
+    return add_agent(name, "h100x2", flags);
   }
   std::string submit_cuda_counter() {
     Json body = job_body("default", "h100", {"python3", "-u", "-c", kCudaCounter});
@@ -598,6 +601,30 @@ TEST_F(GpuMigrationTest, AGpuJobsCheckpointCarriesItsGpuStateAndResumesOnAnother
               ElementsAre(pid + " lock", pid + " checkpoint", pid + " restore " + from_gpu + "=" + gpu_uuid(id),
                           pid + " unlock"));
   EXPECT_THAT(events(id), HasSubstr("processes restored (dumped on node-a)"));
+  cancel_and_wait(id);
+}
+
+TEST_F(GpuMigrationTest, AGpuJobMigratesLiveOntoAGpuOfTheOtherNodeWithoutAGapOrARepeat) {
+  add_gpu_agent("node-a", /*vgpu=*/false);
+  std::string id = submit_cuda_counter();
+  ASSERT_TRUE(eventually([&] { return last_tick(id) >= 5; }, 20s)) << agents_[0]->log();
+  const std::string from_gpu = gpu_uuid(id);
+  const std::string pid = ticks(texts(logs(id))).back().pid;
+  add_gpu_agent("node-b", /*vgpu=*/false);
+  EXPECT_EQ(get_job(*admin_, id)["status"]["placement"][0]["node"], "node-a");
+  auto [code, said] = cnlab("migrate " + id + " --to node-b");
+  ASSERT_EQ(code, 0) << said;
+  ASSERT_TRUE(eventually([&] { return has_event(id, "Migrated") && placed_on(id) == "node-b"; }, 60s))
+      << events(id) << agents_[0]->log() << agents_[1]->log();
+  const int moved_at = last_tick(id);
+  ASSERT_TRUE(eventually([&] { return last_tick(id) >= moved_at + 5; }, 20s)) << agents_[1]->log();
+  expect_unbroken(ticks(texts(logs(id))), moved_at + 5);
+  const std::string to_gpu = gpu_uuid(id);
+  EXPECT_THAT(to_gpu, ::testing::StartsWith("GPU-node-b-")) << "bound to a GPU of node-b";
+  // Suspended on node-a for the dump, restored onto node-b's GPU and unlocked there.
+  EXPECT_THAT(cuda_actions("node-b", id),
+              ElementsAre(pid + " lock", pid + " checkpoint", pid + " restore " + from_gpu + "=" + to_gpu, pid + " unlock"));
+  record_pause(id);
   cancel_and_wait(id);
 }
 

@@ -262,6 +262,18 @@ TEST(JobJson, ProcessCheckpointsMigrationsAndCheckpointRequestsRoundTrip) {
   j = to_json(job);
   j["status"]["migration"].erase("requested_at");
   EXPECT_EQ(job_from_json(j).error().field, "status.migration.requested_at");
+
+  // A job holding GPUs: those chosen on the target and those it held on the source.
+  job.status.migration->gpus = {{1, 100, 81920, -1}};
+  job.status.migration->from_gpus = {{0, 100, 81920, -1}};
+  j = to_json(job);
+  EXPECT_EQ(j["status"]["migration"]["gpus"][0]["index"], 1);
+  EXPECT_EQ(j["status"]["migration"]["from_gpus"][0]["index"], 0);
+  back = job_from_json(j);
+  ASSERT_TRUE(back) << back.error().to_string();
+  EXPECT_EQ(*back, job);
+  j["status"]["migration"]["gpus"][0]["blocks"] = 101;
+  EXPECT_EQ(job_from_json(j).error().field, "status.migration.gpus[0].blocks");
 }
 
 TEST(JobJson, SucceededNodesMustBeAnArrayOfNodeNames) {
@@ -462,6 +474,16 @@ TEST(NodeJson, RoundTripsWithMigInstances) {
   ASSERT_TRUE(back) << back.error().to_string();
   EXPECT_EQ(*back, node);
   EXPECT_EQ(to_json(node)["status"]["gpus"][1]["mig_instances"][0]["profile"], "3g.40gb");
+}
+
+TEST(NodeJson, GpuCheckpointsAreSaidOnlyWhereTheAgentTakesThem) {
+  Node node = h100_node();
+  EXPECT_FALSE(to_json(node)["status"].contains("gpu_checkpoint"));
+  node.gpu_checkpoint = true;
+  EXPECT_EQ(to_json(node)["status"]["gpu_checkpoint"], true);
+  auto back = node_from_json(to_json(node));
+  ASSERT_TRUE(back) << back.error().to_string();
+  EXPECT_TRUE(back->gpu_checkpoint);
 }
 
 TEST(NodeJson, TheServersAllocationFiguresInAnAnswerDecodeAndAreNotKept) {

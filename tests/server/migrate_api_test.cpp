@@ -14,6 +14,7 @@ namespace cnlab::server::test_support {
 namespace {
 
 using ::testing::HasSubstr;
+using namespace std::chrono_literals;
 
 class MigrateApiTest : public ClusterTest {
  protected:
@@ -82,6 +83,41 @@ TEST_F(MigrateApiTest, ATargetThatCannotTakeTheJobIsRefusedSayingWhy) {
   register_peer("roomy", 16000);
   Json moving = migrate(id, 202);
   EXPECT_EQ(moving["status"]["migration"]["to"], "roomy") << moving.dump();
+}
+
+TEST_F(MigrateApiTest, AJobHoldingGpusMovesOnlyOntoANodeThatRestoresGpuStateAndItsGpusAreHeldThere) {
+  // Nodes of two H100s whose agents take migrating jobs and checkpoint GPU state.
+  auto gpu_peer = [&](const std::string& name) {
+    Json node = node_object(name, "h100", 2, 64000, 512 * 1024, "127.0.0.1:7443");
+    node["status"]["gpu_checkpoint"] = true;
+    return register_node(name, "h100", 2, node);
+  };
+  source_ = server_->client(gpu_peer("gpu-1"));
+  Json body = job_body("default", "h100", {"sleep", "100"});
+  body["spec"]["checkpointable"] = true;
+  std::string id = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
+  ASSERT_TRUE(wait_for_phase(*admin_, id, "Scheduled"));
+  call(*source_, "PUT", "/v1/jobs/" + id + "/status", 200, {{"phase", "Running"}});
+  const Json held = get_job(*admin_, id)["status"]["placement"][0]["gpus"][0];
+
+  register_peer("plain");  // takes migrations, but not of GPU state
+  Json plain = migrate(id, 422, {{"to", "plain"}});
+  EXPECT_THAT(plain.dump(), HasSubstr("node plain does not restore GPU state")) << plain.dump();
+  EXPECT_THAT(migrate(id, 422).dump(), HasSubstr("nowhere to migrate it"));
+
+  gpu_peer("gpu-2");
+  Json moving = migrate(id, 202);
+  const Json move = moving["status"]["migration"];
+  EXPECT_EQ(move["to"], "gpu-2") << moving.dump();
+  ASSERT_EQ(move["gpus"].size(), 1u) << moving.dump();
+  EXPECT_EQ(move["gpus"][0]["blocks"], held["blocks"]);
+  EXPECT_EQ(move["gpus"][0]["vram_mib"], held["vram_mib"]);
+  // The GPU it takes on gpu-2 is held for it while it moves: a job needing both of gpu-2's GPUs
+  // (gpu-1 keeps only one free) waits.
+  Json pair = job_body("default", "h100x2", {"sleep", "100"});
+  std::string waiting = call(*admin_, "POST", "/v1/jobs", 201, pair)["metadata"]["name"];
+  EXPECT_FALSE(eventually([&] { return get_job(*admin_, waiting)["status"]["phase"] != "Pending"; }, 2s))
+      << get_job(*admin_, waiting).dump();
 }
 
 TEST_F(MigrateApiTest, RoomPromisedToAMoveUnderWayIsNotPromisedTwice) {

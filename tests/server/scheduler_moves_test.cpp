@@ -23,12 +23,15 @@ class SchedulerMovesTest : public ClusterTest {
   }
 
   // Registers a node of `gpus` H100s, 4 cores and 16 GiB, whose agent takes migrating jobs unless
-  // `takes_migrations` is false; returns a client with its credential.
-  std::unique_ptr<net::Client> add_node(const std::string& name, int gpus, bool takes_migrations = true) {
+  // `takes_migrations` is false, and checkpoints GPU state when `gpu_checkpoint`; returns a client
+  // with its credential.
+  std::unique_ptr<net::Client> add_node(const std::string& name, int gpus, bool takes_migrations = true,
+                                        bool gpu_checkpoint = false) {
     Json join = call(*admin_, "POST", "/v1/join-tokens", 201, {{"ttl", "1h"}});
     auto anonymous = server_->client("");
-    Json registered = call(*anonymous, "POST", "/v1/nodes", 201,
-                           {{"join_token", join["token"]}, {"node", node_object(name, "h100", gpus, 4000, 16 * 1024, takes_migrations ? "127.0.0.1:7443" : "")}});
+    Json node = node_object(name, "h100", gpus, 4000, 16 * 1024, takes_migrations ? "127.0.0.1:7443" : "");
+    if (gpu_checkpoint) node["status"]["gpu_checkpoint"] = true;
+    Json registered = call(*anonymous, "POST", "/v1/nodes", 201, {{"join_token", join["token"]}, {"node", node}});
     return server_->client(registered["token"]);
   }
 
@@ -122,6 +125,24 @@ TEST_F(SchedulerMovesTest, AMoveTheNodesCannotCarryOutIsNotAskedForAndTheWaiting
   EXPECT_EQ(get_job(*admin_, waiting)["status"]["phase"], "Pending");
   EXPECT_FALSE(get_job(*admin_, first)["status"].contains("migration"));
   EXPECT_FALSE(get_job(*admin_, second)["status"].contains("migration"));
+}
+
+TEST_F(SchedulerMovesTest, BetweenNodesThatCheckpointGpuStateAJobHoldingAGpuMovesOntoTheGpuChosenForIt) {
+  restart_with_policy(R"({"max_migrations_per_cycle": 4, "migrate_gpu_jobs": true})");
+  agents_["n1"] = add_node("n1", 2, true, /*gpu_checkpoint=*/true);
+  agents_["n2"] = add_node("n2", 2, true, /*gpu_checkpoint=*/true);
+  auto [first, second] = one_job_per_node("h100x1", 1000);
+  std::string waiting = call(*admin_, "POST", "/v1/jobs", 201, job_body("default", "h100x2"))["metadata"]["name"];
+  ASSERT_TRUE(wait_for_phase(*admin_, waiting, "Scheduled")) << server_log();
+  const std::string room = get_job(*admin_, waiting)["status"]["placement"][0]["node"];
+  const std::string other = room == "n1" ? "n2" : "n1";
+  const Json move = get_job(*admin_, room == "n1" ? first : second)["status"]["migration"];
+  EXPECT_EQ(move["to"], other) << move.dump();
+  // The scheduler's GPU on the target, held for the job: not the one the other job holds there.
+  ASSERT_EQ(move["gpus"].size(), 1u) << move.dump();
+  const Json held_there = get_job(*admin_, room == "n1" ? second : first)["status"]["placement"][0]["gpus"][0];
+  EXPECT_NE(move["gpus"][0]["index"], held_there["index"]);
+  EXPECT_EQ(move["gpus"][0]["blocks"], 100);
 }
 
 TEST_F(SchedulerMovesTest, ANodeWhoseAgentTakesNoMigrationsIsNoTarget) {

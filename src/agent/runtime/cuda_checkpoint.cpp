@@ -104,11 +104,16 @@ Result<int> suspend(const std::string& tool, const std::vector<pid_t>& pids, mil
   std::vector<pid_t> suspended;
   for (pid_t pid : pids) {
     const std::string state = state_of(tool, pid, timeout);
-    if (state.empty()) continue;  // no CUDA state: CRIU dumps it as it is
-    // The lock's own wait is half the deadline, so that the utility reports its timeout itself.
-    Status done = state == "running" ? act(tool, pid, "lock", timeout, {"--timeout", std::to_string(timeout.count() / 2)})
-                                     : Status(Error::of(ErrorCode::kFailedPrecondition, "process", std::to_string(pid),
-                                                        "its CUDA state is " + state + ", not running"));
+    // No CUDA state: CRIU dumps it as it is. Checkpointed already (a tree dumped before and left
+    // stopped): its GPU state is in its memory.
+    if (state.empty() || state == "checkpointed") continue;
+    Status done;
+    if (state == "running") {
+      // The lock's own wait is half the deadline, so that the utility reports its timeout itself.
+      done = act(tool, pid, "lock", timeout, {"--timeout", std::to_string(timeout.count() / 2)});
+    } else if (state != "locked") {
+      done = Error::of(ErrorCode::kFailedPrecondition, "process", std::to_string(pid), "its CUDA state is " + state);
+    }
     if (done) {
       done = act(tool, pid, "checkpoint", timeout);
       if (!done) (void)act(tool, pid, "unlock", timeout);

@@ -29,8 +29,9 @@ using DeviceMap = std::vector<std::pair<std::string, std::string>>;
 // CUDA state (or is gone).
 std::string state_of(const std::string& tool, pid_t pid, std::chrono::milliseconds timeout);
 
-// Locks (waiting up to `timeout` for work in flight) and checkpoints every running CUDA process of
-// `pids`; returns how many. Fails when one cannot be suspended, after resuming those it had.
+// Locks (waiting up to `timeout` for work in flight) and checkpoints every running (or only
+// locked) CUDA process of `pids`, leaving those checkpointed already as they are; returns how many
+// it suspended. Fails when one cannot be suspended, after resuming those it had.
 Result<int> suspend(const std::string& tool, const std::vector<pid_t>& pids, std::chrono::milliseconds timeout);
 
 // Restores (onto `map`'s GPUs where it names any) and unlocks every CUDA process of `pids` that is

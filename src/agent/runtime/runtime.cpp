@@ -803,12 +803,21 @@ std::string find_criu() {
   return "";
 }
 
+namespace {
+
+// SIGCONT to every task of a stopped job (a stopped tree forks nothing meanwhile).
+void continue_tree(const JobRecord& record) {
+  const std::vector<pid_t> pids = tree_of(record.job_pid);
+  for (pid_t pid : pids) ::kill(pid, SIGCONT);
+  spdlog::info("job thawed job=\"{}\" processes={}", record.job_id, pids.size());
+}
+
+}  // namespace
+
 Status JobHandle::thaw() const {
   const JobRecord& record = *record_;
   if (record.job_pid <= 0) return Error::failed_precondition("job " + record.job_id + " has no process");
-  const std::vector<pid_t> pids = tree_of(record.job_pid);  // a stopped tree forks nothing meanwhile
-  for (pid_t pid : pids) ::kill(pid, SIGCONT);
-  spdlog::info("job thawed job=\"{}\" processes={}", record.job_id, pids.size());
+  continue_tree(record);
   // Their CUDA calls block until they are resumed, which needs them running: after SIGCONT.
   return resume_cuda(record, {});
 }
@@ -1232,7 +1241,7 @@ Result<JobHandle> Runtime::start(const ProcessSpec& spec) {
   // CRIU restores a tree dumped while stopped (kLeaveStopped, not thawed) stopped: a restored job runs.
   if (!spec.restore_from.empty() && handle.frozen()) {
     spdlog::warn("job restored stopped job=\"{}\"; thawing it", spec.job_id);
-    (void)handle.thaw();
+    continue_tree(*handle.record_);
   }
   if (!spec.restore_from.empty()) {
     // Its CUDA processes come back suspended, as they were dumped: onto this node's GPUs. One that

@@ -445,6 +445,39 @@ TEST_F(GpuCheckpointTest, ADumpThatLeavesTheJobRunningOrStoppedResumesItsCudaSta
   ASSERT_TRUE(job->stop(2s));
 }
 
+TEST_F(GpuCheckpointTest, AJobDumpedAgainWhileLeftStoppedIsRestoredOntoTheMappedGpus) {
+  // Suspended by the first dump and left so: the second carries that state, and the restore, which
+  // finds the tree stopped and continues it, resumes it onto the new GPU, not the old one.
+  auto source = runtime_->start(cuda_job("node-a"));
+  ASSERT_TRUE(source) << source.error().to_string();
+  auto reader = OutputReader::open(source->output_path());
+  ASSERT_TRUE(reader);
+  auto before = read_until_tick(*reader, 2);
+  const std::string pid = ticks(before).back().pid;
+  ASSERT_TRUE(source->checkpoint(dir_.path() / "first", JobHandle::AfterDump::kLeaveStopped));
+  const fs::path images = dir_.path() / "images";
+  auto taken = source->checkpoint(images, JobHandle::AfterDump::kStop);
+  ASSERT_TRUE(taken) << taken.error().to_string();
+  EXPECT_EQ(source->wait(10s).state, JobState::kExited);
+  for (auto& line : collect(*source, *reader)) before.push_back(std::move(line));
+  const int last = ticks(before).back().n;
+
+  ASSERT_TRUE(copy_to_node_b(images));
+  ProcessSpec again = cuda_job("node-b");
+  again.restore_from = images;
+  again.gpu_device_map = {{"GPU-node-a-0", "GPU-node-b-1"}};
+  auto restored = runtime_->start(again);
+  ASSERT_TRUE(restored) << restored.error().to_string();
+  auto restored_reader = OutputReader::open(restored->output_path());
+  ASSERT_TRUE(restored_reader);
+  const std::vector<Tick> after = ticks(read_until_tick(*restored_reader, last + 3, 5s));
+  ASSERT_FALSE(after.empty()) << "the restored job printed nothing";
+  EXPECT_EQ(after.front().n, last + 1);
+  EXPECT_THAT(cuda_actions("node-b"), ElementsAre(pid + " lock", pid + " checkpoint",
+                                                  pid + " restore GPU-node-a-0=GPU-node-b-1", pid + " unlock"));
+  ASSERT_TRUE(restored->stop(2s));
+}
+
 TEST_F(GpuCheckpointTest, ACudaProcessThatCannotBeSuspendedFailsTheDumpAndRunsOn) {
   auto job = runtime_->start(cuda_job("node-a", "checkpoint"));
   ASSERT_TRUE(job) << job.error().to_string();
