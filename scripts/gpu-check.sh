@@ -662,6 +662,16 @@ PY
   steps() { api "$URL/v1/jobs/$CID/logs" | python3 -c 'import json,sys
 print(" ".join(json.loads(l)["text"].split()[1] for l in sys.stdin if json.loads(l)["text"].startswith("step ")))'; }
   status() { api "$URL/v1/jobs/$CID" | python3 -c "import json,sys; s=json.load(sys.stdin)['status']; print($1)"; }
+  # Whether the job's steps so far are one run, every step once and in order, past 20.
+  unbroken_steps() {
+    python3 - "$(steps)" <<'PY'
+import sys
+steps = [int(s) for s in sys.argv[1].split()]
+ok = steps == list(range(len(steps))) and len(steps) > 20
+if not ok: print('FAIL: the steps are not one run without a gap or a repeat:', steps[-30:])
+sys.exit(0 if ok else 1)
+PY
+  }
   for _ in $(seq 300); do [ "$(steps | wc -w)" -ge 10 ] && break; sleep 0.2; done
   "$CNLAB" checkpoint "$CID"
   for _ in $(seq 300); do [ "$(status "s.get('checkpoint', {}).get('kind', '')")" = process ] && break; sleep 0.2; done
@@ -685,15 +695,8 @@ JOB
     sleep 0.2
   done
   sleep 3
-  ALL=$(steps)
   if echo "$EV" | grep -q "processes restored" && ! api "$URL/v1/jobs/$CID/logs" | grep -q '"FAIL'; then
-    python3 - "$ALL" <<'PY' && echo "PASS: pre-empted, dumped with its GPU state and resumed: every step once, device memory intact" || fail=1
-import sys
-steps = [int(s) for s in sys.argv[1].split()]
-ok = steps == list(range(len(steps))) and len(steps) > 20
-if not ok: print('FAIL: steps after the resume are not one run without a gap or a repeat:', steps[-30:])
-sys.exit(0 if ok else 1)
-PY
+    unbroken_steps && echo "PASS: pre-empted, dumped with its GPU state and resumed: every step once, device memory intact" || fail=1
   else
     echo "FAIL: not resumed from its dump: $(echo "$EV" | tail -c 300); $(api "$URL/v1/jobs/$CID/logs" | grep FAIL | head -n 1)"; fail=1
   fi
@@ -717,13 +720,7 @@ PY
     NODE=$(status "s['placement'][0]['node']")
     PAUSE=$(status "' '.join(e.get('reason', '') for e in s.get('events', []) if e.get('type') == 'Migrated')")
     if [ "$NODE" = gpu-check-b ] && ! api "$URL/v1/jobs/$CID/logs" | grep -q '"FAIL'; then
-      python3 - "$(steps)" <<'PY' && echo "PASS: live-migrated with its GPU state ($PAUSE)" || fail=1
-import sys
-steps = [int(s) for s in sys.argv[1].split()]
-ok = steps == list(range(len(steps))) and len(steps) > 20
-if not ok: print('FAIL: steps across the move are not one run without a gap or a repeat:', steps[-30:])
-sys.exit(0 if ok else 1)
-PY
+      unbroken_steps && echo "PASS: live-migrated with its GPU state ($PAUSE)" || fail=1
     else
       echo "FAIL: after the move it runs on '${NODE}'; $(api "$URL/v1/jobs/$CID/logs" | grep FAIL | head -n 1)"; fail=1
     fi

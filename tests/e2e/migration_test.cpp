@@ -520,23 +520,9 @@ TEST_F(MigrationTest, AJobThatCannotMigrateIsRefusedWithTheReason) {
   cancel_and_wait(counter);
 }
 
-// A GPU job on nodes with NVIDIA's cuda-checkpoint, here a TEST DOUBLE of it
-// (tests/fakes/fake_cuda_checkpoint.py: the real utility's command line and state machine, no
-// GPU), which keeps each process's CUDA state in its working directory: the job's "CUDA calls"
-// (one a tick) block while that state is not running, as a real process's do while locked.
-constexpr const char* kCudaCounter = R"(
-import os, subprocess, sys, time
-state = f'.fake-cuda-state.{os.getpid()}'
-plain = {k: v for k, v in os.environ.items() if not k.startswith('FAKE_CUDA')}
-child = subprocess.Popen([sys.executable, '-c', 'import time\nwhile True: time.sleep(0.05)'], env=plain)
-i = 0
-while True:
-    while os.path.exists(state) and open(state).read() != 'running':
-        time.sleep(0.01)
-    print(f'tick {i} pid {os.getpid()} child {child.pid} alive {child.poll() is None}', flush=True)
-    i += 1
-    time.sleep(0.1)
-)";
+// A GPU job (tests/fakes/cuda_counter_job.py) on nodes with NVIDIA's cuda-checkpoint, here a TEST
+// DOUBLE of it (tests/fakes/fake_cuda_checkpoint.py: the real utility's command line and state
+// machine, no GPU), which keeps each process's CUDA state in its working directory.
 
 class GpuMigrationTest : public MigrationTest {
  protected:
@@ -547,7 +533,7 @@ class GpuMigrationTest : public MigrationTest {
     return add_agent(name, "h100x2", flags);
   }
   std::string submit_cuda_counter() {
-    Json body = job_body("default", "h100", {"python3", "-u", "-c", kCudaCounter});
+    Json body = job_body("default", "h100", {"python3", "-u", CNLAB_CUDA_COUNTER_JOB});
     body["spec"]["memory_mib"] = 256;
     body["spec"]["priority_class"] = "opportunistic";
     body["spec"]["checkpointable"] = true;

@@ -133,6 +133,38 @@ class CheckpointTest : public ::testing::Test {
     return frozen && frozen->empty();
   }
 
+  // Starts `spec` on node-a, dumps it left stopped and then again from that state (what a source
+  // whose agent died while the job was frozen could have sent; JobRunner now thaws it first), and
+  // restores the second dump as `again` on node-b: the ticks before the dumps, those after the
+  // restore (until 3 past them), and the restored job.
+  struct Redumped {
+    std::vector<Tick> before, after;
+    std::optional<JobHandle> restored;
+  };
+  void dump_stopped_twice_and_restore(const ProcessSpec& spec, ProcessSpec again, Redumped* out) {
+    auto source = runtime_->start(spec);
+    ASSERT_TRUE(source) << source.error().to_string();
+    auto reader = OutputReader::open(source->output_path());
+    ASSERT_TRUE(reader);
+    auto before = read_until_tick(*reader, 2);
+    ASSERT_TRUE(source->checkpoint(dir_.path() / "first", JobHandle::AfterDump::kLeaveStopped));
+    const fs::path images = dir_.path() / "images";
+    auto taken = source->checkpoint(images, JobHandle::AfterDump::kStop);
+    ASSERT_TRUE(taken) << taken.error().to_string();
+    EXPECT_EQ(source->wait(10s).state, JobState::kExited);
+    for (auto& line : collect(*source, *reader)) before.push_back(std::move(line));
+    out->before = ticks(before);
+    ASSERT_FALSE(out->before.empty());
+    ASSERT_TRUE(copy_to_node_b(images));
+    again.restore_from = images;
+    auto restored = runtime_->start(again);
+    ASSERT_TRUE(restored) << restored.error().to_string();
+    out->restored = *restored;
+    auto restored_reader = OutputReader::open(restored->output_path());
+    ASSERT_TRUE(restored_reader);
+    out->after = ticks(read_until_tick(*restored_reader, out->before.back().n + 3, 5s));
+  }
+
   std::vector<int> counter_file(const std::string& node) {
     std::vector<int> out;
     std::istringstream in(read_text(dir_.path() / node / "job" / "work" / "counter.txt"));
@@ -292,34 +324,13 @@ TEST_F(CheckpointTest, AJobLeftStoppedPrintsNothingUntilThawed) {
 }
 
 TEST_F(CheckpointTest, AJobDumpedWhileLeftStoppedRunsWhenRestored) {
-  // What a source whose agent died while the job was frozen could have sent (JobRunner now thaws
-  // it first): CRIU restores such a tree stopped, and the runtime continues it.
-  auto source = runtime_->start(counter_job("node-a"));
-  ASSERT_TRUE(source) << source.error().to_string();
-  auto reader = OutputReader::open(source->output_path());
-  ASSERT_TRUE(reader);
-  auto before = read_until_tick(*reader, 2);
-  ASSERT_TRUE(source->checkpoint(dir_.path() / "first", JobHandle::AfterDump::kLeaveStopped));
-  const fs::path images = dir_.path() / "images";
-  auto taken = source->checkpoint(images, JobHandle::AfterDump::kStop);
-  ASSERT_TRUE(taken) << taken.error().to_string();
-  EXPECT_EQ(source->wait(10s).state, JobState::kExited);
-  for (auto& line : collect(*source, *reader)) before.push_back(std::move(line));
-  const std::vector<Tick> first = ticks(before);
-  ASSERT_FALSE(first.empty());
-
-  ASSERT_TRUE(copy_to_node_b(images));
-  ProcessSpec again = counter_job("node-b");
-  again.restore_from = images;
-  auto restored = runtime_->start(again);
-  ASSERT_TRUE(restored) << restored.error().to_string();
-  EXPECT_FALSE(restored->frozen());
-  auto restored_reader = OutputReader::open(restored->output_path());
-  ASSERT_TRUE(restored_reader);
-  const std::vector<Tick> after = ticks(read_until_tick(*restored_reader, first.back().n + 5, 5s));
-  ASSERT_FALSE(after.empty()) << "the restored job printed nothing";
-  EXPECT_EQ(after.front().n, first.back().n + 1);
-  ASSERT_TRUE(restored->stop(2s));
+  // CRIU restores such a tree stopped, and the runtime continues it.
+  Redumped r;
+  ASSERT_NO_FATAL_FAILURE(dump_stopped_twice_and_restore(counter_job("node-a"), counter_job("node-b"), &r));
+  EXPECT_FALSE(r.restored->frozen());
+  ASSERT_FALSE(r.after.empty()) << "the restored job printed nothing";
+  EXPECT_EQ(r.after.front().n, r.before.back().n + 1);
+  ASSERT_TRUE(r.restored->stop(2s));
 }
 
 TEST_F(CheckpointTest, ARestoreFromSomethingThatIsNotACheckpointFailsAndSaysWhy) {
@@ -345,26 +356,9 @@ TEST_F(CheckpointTest, AFinishedJobIsNotCheckpointed) {
   EXPECT_THAT(taken.error().message, HasSubstr("is not running"));
 }
 
-// A job holding a CUDA context, on a node with cuda-checkpoint. The utility is a TEST DOUBLE
-// (tests/fakes/fake_cuda_checkpoint.py: the real one's command line and state machine, no GPU),
-// which keeps each process's CUDA state in its working directory; the job's "CUDA calls" (one per
-// tick) block while that state is not running, as a real process's do while it is locked. Its
-// child holds no context.
-constexpr const char* kCudaCounterJob = R"(
-import os, subprocess, sys, time
-state = f'.fake-cuda-state.{os.getpid()}'
-plain = {k: v for k, v in os.environ.items() if not k.startswith('FAKE_CUDA')}
-child = subprocess.Popen([sys.executable, '-c', 'import time\nwhile True: time.sleep(0.05)'], env=plain)
-def cuda_call():
-    while os.path.exists(state) and open(state).read() != 'running':
-        time.sleep(0.01)
-i = 0
-while True:
-    cuda_call()
-    print(f'tick {i} pid {os.getpid()} child {child.pid} alive {child.poll() is None}', flush=True)
-    i += 1
-    time.sleep(0.1)
-)";
+// A job holding a CUDA context (tests/fakes/cuda_counter_job.py), on a node with cuda-checkpoint.
+// The utility is a TEST DOUBLE (tests/fakes/fake_cuda_checkpoint.py: the real one's command line
+// and state machine, no GPU), which keeps each process's CUDA state in its working directory.
 
 class GpuCheckpointTest : public CheckpointTest {
  protected:
@@ -372,7 +366,7 @@ class GpuCheckpointTest : public CheckpointTest {
 
   ProcessSpec cuda_job(const std::string& node, const std::string& fail_action = "") {
     ProcessSpec spec = counter_job(node);
-    spec.argv = {"/usr/bin/python3", "-u", "-c", kCudaCounterJob};
+    spec.argv = {"/usr/bin/python3", "-u", CNLAB_CUDA_COUNTER_JOB};
     spec.env.push_back("FAKE_CUDA_CONTEXT=1");
     if (!fail_action.empty()) spec.env.push_back("FAKE_CUDA_FAIL=" + fail_action);
     return spec;
@@ -448,34 +442,16 @@ TEST_F(GpuCheckpointTest, ADumpThatLeavesTheJobRunningOrStoppedResumesItsCudaSta
 TEST_F(GpuCheckpointTest, AJobDumpedAgainWhileLeftStoppedIsRestoredOntoTheMappedGpus) {
   // Suspended by the first dump and left so: the second carries that state, and the restore, which
   // finds the tree stopped and continues it, resumes it onto the new GPU, not the old one.
-  auto source = runtime_->start(cuda_job("node-a"));
-  ASSERT_TRUE(source) << source.error().to_string();
-  auto reader = OutputReader::open(source->output_path());
-  ASSERT_TRUE(reader);
-  auto before = read_until_tick(*reader, 2);
-  const std::string pid = ticks(before).back().pid;
-  ASSERT_TRUE(source->checkpoint(dir_.path() / "first", JobHandle::AfterDump::kLeaveStopped));
-  const fs::path images = dir_.path() / "images";
-  auto taken = source->checkpoint(images, JobHandle::AfterDump::kStop);
-  ASSERT_TRUE(taken) << taken.error().to_string();
-  EXPECT_EQ(source->wait(10s).state, JobState::kExited);
-  for (auto& line : collect(*source, *reader)) before.push_back(std::move(line));
-  const int last = ticks(before).back().n;
-
-  ASSERT_TRUE(copy_to_node_b(images));
   ProcessSpec again = cuda_job("node-b");
-  again.restore_from = images;
   again.gpu_device_map = {{"GPU-node-a-0", "GPU-node-b-1"}};
-  auto restored = runtime_->start(again);
-  ASSERT_TRUE(restored) << restored.error().to_string();
-  auto restored_reader = OutputReader::open(restored->output_path());
-  ASSERT_TRUE(restored_reader);
-  const std::vector<Tick> after = ticks(read_until_tick(*restored_reader, last + 3, 5s));
-  ASSERT_FALSE(after.empty()) << "the restored job printed nothing";
-  EXPECT_EQ(after.front().n, last + 1);
+  Redumped r;
+  ASSERT_NO_FATAL_FAILURE(dump_stopped_twice_and_restore(cuda_job("node-a"), again, &r));
+  ASSERT_FALSE(r.after.empty()) << "the restored job printed nothing";
+  EXPECT_EQ(r.after.front().n, r.before.back().n + 1);
+  const std::string pid = r.before.back().pid;
   EXPECT_THAT(cuda_actions("node-b"), ElementsAre(pid + " lock", pid + " checkpoint",
                                                   pid + " restore GPU-node-a-0=GPU-node-b-1", pid + " unlock"));
-  ASSERT_TRUE(restored->stop(2s));
+  ASSERT_TRUE(r.restored->stop(2s));
 }
 
 TEST_F(GpuCheckpointTest, ACudaProcessThatCannotBeSuspendedFailsTheDumpAndRunsOn) {
