@@ -11,6 +11,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <regex>
 
 #include "agent/runtime/runtime.h"
@@ -135,6 +136,26 @@ class MigrationTest : public AgentCluster {
   std::string placed_on(const std::string& id) {
     const Json placement = get_job(*admin_, id)["status"].value("placement", Json::array());
     return placement.empty() ? "" : placement[0].value("node", "");
+  }
+  // Node-a dies, its agent and the job's processes with it, after the job ran on past its latest
+  // checkpoint; `add_node_b` adds the node it must resume on, from that checkpoint: not from the
+  // beginning, and from before node-a died, so the ticks in between are printed again; the same
+  // process, carrying on, each tick once.
+  void kill_node_a_and_resume_on_node_b(const std::string& id, const std::function<void()>& add_node_b) {
+    agents_[0]->stop(SIGKILL);
+    kill_job_processes(id);
+    const auto at_death = ticks(texts(logs(id)));  // all node-a ever shipped
+    add_node_b();
+    ASSERT_TRUE(eventually([&] { return placed_on(id) == "node-b" && get_job(*admin_, id)["status"]["phase"] == "Running"; }, 30s))
+        << events(id);
+    ASSERT_TRUE(eventually([&] { return ticks(texts(logs(id))).size() >= at_death.size() + 5; }, 20s)) << agents_[1]->log();
+    const auto all = ticks(texts(logs(id)));
+    const Tick& resumed = all[at_death.size()];
+    EXPECT_GT(resumed.n, 0) << "resumed from the checkpoint, not from the beginning";
+    EXPECT_LE(resumed.n, at_death.back().n - 3);
+    EXPECT_EQ(resumed.pid, all.front().pid);
+    for (size_t i = at_death.size() + 1; i < all.size(); ++i) EXPECT_EQ(all[i].n, all[i - 1].n + 1);
+    EXPECT_THAT(events(id), HasSubstr("processes restored (dumped on node-a)"));
   }
   // What a dead node's job would be: gone. Its processes are the ones whose environment names
   // it (a restored process keeps its environment), so tests running beside this one keep theirs.
@@ -422,22 +443,7 @@ TEST_F(MigrationTest, AJobOnANodeThatDiedResumesFromItsLatestCheckpointOnAnother
   const int checkpointed_by = last_tick(id);
   ASSERT_TRUE(eventually([&] { return last_tick(id) >= checkpointed_by + 15; }, 20s)) << "it ran on after the checkpoint";
   // The node dies: its agent and everything of the job with it.
-  agents_[0]->stop(SIGKILL);
-  kill_job_processes(id);
-  const auto at_death = ticks(texts(logs(id)));  // all node-a ever shipped
-  add_agent("node-b", "h100");
-  ASSERT_TRUE(eventually([&] { return placed_on(id) == "node-b" && get_job(*admin_, id)["status"]["phase"] == "Running"; }, 30s))
-      << events(id);
-  ASSERT_TRUE(eventually([&] { return ticks(texts(logs(id))).size() >= at_death.size() + 5; }, 20s)) << agents_[1]->log();
-  const auto all = ticks(texts(logs(id)));
-  const Tick& resumed = all[at_death.size()];
-  // From the checkpoint: not from the beginning, and from before node-a died (it ran on fifteen
-  // ticks past it), so those ticks are printed again; the same process, carrying on.
-  EXPECT_GT(resumed.n, 0) << "resumed from the checkpoint, not from the beginning";
-  EXPECT_LE(resumed.n, at_death.back().n - 3);
-  EXPECT_EQ(resumed.pid, all.front().pid);
-  for (size_t i = at_death.size() + 1; i < all.size(); ++i) EXPECT_EQ(all[i].n, all[i - 1].n + 1);
-  EXPECT_THAT(events(id), HasSubstr("processes restored (dumped on node-a)"));
+  ASSERT_NO_FATAL_FAILURE(kill_node_a_and_resume_on_node_b(id, [&] { add_agent("node-b", "h100"); }));
   cancel_and_wait(id);
 }
 
@@ -569,24 +575,12 @@ TEST_F(GpuMigrationTest, AGpuJobsCheckpointCarriesItsGpuStateAndResumesOnAnother
               ElementsAre(pid + " lock", pid + " checkpoint", pid + " restore", pid + " unlock"));
   const int checkpointed_by = last_tick(id);
   ASSERT_TRUE(eventually([&] { return last_tick(id) >= checkpointed_by + 10; }, 20s)) << "it ran on after the checkpoint";
-  agents_[0]->stop(SIGKILL);
-  kill_job_processes(id);
-  const auto at_death = ticks(texts(logs(id)));
-  add_gpu_agent("node-b");
-  ASSERT_TRUE(eventually([&] { return placed_on(id) == "node-b" && get_job(*admin_, id)["status"]["phase"] == "Running"; }, 30s))
-      << events(id);
-  ASSERT_TRUE(eventually([&] { return ticks(texts(logs(id))).size() >= at_death.size() + 5; }, 20s)) << agents_[1]->log();
-  const auto all = ticks(texts(logs(id)));
-  const Tick& resumed = all[at_death.size()];
-  EXPECT_GT(resumed.n, 0) << "resumed from the checkpoint, not from the beginning";
-  EXPECT_LE(resumed.n, at_death.back().n - 3);
-  EXPECT_EQ(resumed.pid, pid);
+  ASSERT_NO_FATAL_FAILURE(kill_node_a_and_resume_on_node_b(id, [&] { add_gpu_agent("node-b"); }));
   // The dump carried the state it was taken in (locked, checkpointed); node-b restored it onto its
   // own GPU and unlocked it.
   EXPECT_THAT(cuda_actions("node-b", id),
               ElementsAre(pid + " lock", pid + " checkpoint", pid + " restore " + from_gpu + "=" + gpu_uuid(id),
                           pid + " unlock"));
-  EXPECT_THAT(events(id), HasSubstr("processes restored (dumped on node-a)"));
   cancel_and_wait(id);
 }
 
