@@ -533,10 +533,35 @@ TEST_F(MigrationTest, AJobThatCannotMigrateIsRefusedWithTheReason) {
 class GpuMigrationTest : public MigrationTest {
  protected:
   // `vgpu`: jobs run with libcnlab-vgpu.so, whose regions keep GPU jobs from moving live.
-  AgentProcess& add_gpu_agent(const std::string& name, bool vgpu = true) {
-    std::vector<std::string> flags = {"--cuda-checkpoint", CNLAB_FAKE_CUDA_CHECKPOINT};
+  AgentProcess& add_gpu_agent(const std::string& name, bool vgpu = true, std::vector<std::string> flags = {}) {
+    flags.insert(flags.end(), {"--cuda-checkpoint", CNLAB_FAKE_CUDA_CHECKPOINT});
     if (!vgpu) flags.push_back("--no-vgpu");
     return add_agent(name, "h100x2", flags);
+  }
+  // A GPU job started on node-a moves live to node-b (agents with `flags`): its ticks go on
+  // without a gap or a repeat, on a GPU of node-b, its CUDA state suspended on node-a for the dump
+  // and restored onto that GPU.
+  void expect_gpu_job_moves_live(const std::vector<std::string>& flags) {
+    add_gpu_agent("node-a", /*vgpu=*/false, flags);
+    std::string id = submit_cuda_counter();
+    ASSERT_TRUE(eventually([&] { return last_tick(id) >= 5; }, 20s)) << agents_[0]->log();
+    const std::string from_gpu = gpu_uuid(id);
+    const std::string pid = ticks(texts(logs(id))).back().pid;
+    add_gpu_agent("node-b", /*vgpu=*/false, flags);
+    EXPECT_EQ(get_job(*admin_, id)["status"]["placement"][0]["node"], "node-a");
+    auto [code, said] = cnlab("migrate " + id + " --to node-b");
+    ASSERT_EQ(code, 0) << said;
+    ASSERT_TRUE(eventually([&] { return has_event(id, "Migrated") && placed_on(id) == "node-b"; }, 60s))
+        << events(id) << agents_[0]->log() << agents_[1]->log();
+    const int moved_at = last_tick(id);
+    ASSERT_TRUE(eventually([&] { return last_tick(id) >= moved_at + 5; }, 20s)) << agents_[1]->log();
+    expect_unbroken(ticks(texts(logs(id))), moved_at + 5);
+    const std::string to_gpu = gpu_uuid(id);
+    EXPECT_THAT(to_gpu, ::testing::StartsWith("GPU-node-b-")) << "bound to a GPU of node-b";
+    EXPECT_THAT(cuda_actions("node-b", id), ElementsAre(pid + " lock", pid + " checkpoint",
+                                                        pid + " restore " + from_gpu + "=" + to_gpu, pid + " unlock"));
+    record_pause(id);
+    cancel_and_wait(id);
   }
   std::string submit_cuda_counter() {
     Json body = job_body("default", "h100", {"python3", "-u", CNLAB_CUDA_COUNTER_JOB});
@@ -585,27 +610,12 @@ TEST_F(GpuMigrationTest, AGpuJobsCheckpointCarriesItsGpuStateAndResumesOnAnother
 }
 
 TEST_F(GpuMigrationTest, AGpuJobMigratesLiveOntoAGpuOfTheOtherNodeWithoutAGapOrARepeat) {
-  add_gpu_agent("node-a", /*vgpu=*/false);
-  std::string id = submit_cuda_counter();
-  ASSERT_TRUE(eventually([&] { return last_tick(id) >= 5; }, 20s)) << agents_[0]->log();
-  const std::string from_gpu = gpu_uuid(id);
-  const std::string pid = ticks(texts(logs(id))).back().pid;
-  add_gpu_agent("node-b", /*vgpu=*/false);
-  EXPECT_EQ(get_job(*admin_, id)["status"]["placement"][0]["node"], "node-a");
-  auto [code, said] = cnlab("migrate " + id + " --to node-b");
-  ASSERT_EQ(code, 0) << said;
-  ASSERT_TRUE(eventually([&] { return has_event(id, "Migrated") && placed_on(id) == "node-b"; }, 60s))
-      << events(id) << agents_[0]->log() << agents_[1]->log();
-  const int moved_at = last_tick(id);
-  ASSERT_TRUE(eventually([&] { return last_tick(id) >= moved_at + 5; }, 20s)) << agents_[1]->log();
-  expect_unbroken(ticks(texts(logs(id))), moved_at + 5);
-  const std::string to_gpu = gpu_uuid(id);
-  EXPECT_THAT(to_gpu, ::testing::StartsWith("GPU-node-b-")) << "bound to a GPU of node-b";
-  // Suspended on node-a for the dump, restored onto node-b's GPU and unlocked there.
-  EXPECT_THAT(cuda_actions("node-b", id),
-              ElementsAre(pid + " lock", pid + " checkpoint", pid + " restore " + from_gpu + "=" + to_gpu, pid + " unlock"));
-  record_pause(id);
-  cancel_and_wait(id);
+  expect_gpu_job_moves_live({});
+}
+
+TEST_F(GpuMigrationTest, AGpuJobMigratesPostCopyOntoAGpuOfTheOtherNode) {
+  // The target resumes its CUDA state while its memory is still being pulled from the source.
+  expect_gpu_job_moves_live(kPostCopy);
 }
 
 TEST_F(GpuMigrationTest, AGpuJobWithTheVgpuLibraryAttachedSavesItsOwnStateInstead) {

@@ -203,5 +203,35 @@ TEST_F(MigrationProgressTest, ATargetThatKeepsSayingItIsRestoringOutlastsTheTime
               HasSubstr("the target " + to + " did not restore it within 2s"));
 }
 
+TEST_F(MigrationProgressTest, AJobHoldingAGpuIsBoundToItsTargetGpuOnTheHandOverAndToItsOwnAgainWhenTheMoveIsGivenUp) {
+  // Nodes of two H100s whose agents take migrating jobs and checkpoint GPU state.
+  auto gpu_peer = [&](const std::string& name) {
+    Json node = node_object(name, "h100", 2, 64000, 512 * 1024, "127.0.0.1:7443");
+    node["status"]["gpu_checkpoint"] = true;
+    return server_->client(register_node(name, "h100", 2, node));
+  };
+  auto source = gpu_peer("gpu-1");
+  Json body = job_body("default", "h100", {"sleep", "100"});
+  body["spec"]["checkpointable"] = true;
+  const std::string id = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
+  ASSERT_TRUE(wait_for_phase(*admin_, id, "Scheduled"));
+  call(*source, "PUT", "/v1/jobs/" + id + "/status", 200, {{"phase", "Running"}});
+  const Json own = get_job(*admin_, id)["status"]["placement"][0];
+  gpu_peer("gpu-2");
+  const Json chosen = call(*admin_, "POST", "/v1/jobs/" + id + "/migrate", 202, {{"to", "gpu-2"}})["status"]["migration"]["gpus"];
+  ASSERT_EQ(chosen.size(), 1u);
+  call(*source, "PUT", "/v1/jobs/" + id + "/status", 200,
+       {{"phase", "Running"}, {"migration_handed_over", {{"dump_digest", "sha256:" + std::string(64, 'a')}, {"frozen_at_ms", 1}}}});
+  const Json moving = get_job(*admin_, id)["status"];
+  EXPECT_EQ(moving["placement"][0]["node"], "gpu-2");
+  EXPECT_EQ(moving["placement"][0]["gpus"], chosen) << "bound to the GPU chosen for it there";
+  EXPECT_EQ(moving["migration"]["from_gpus"], own["gpus"]);
+  // The target never reports it Running: given up, and the job is the source's again, on its GPU.
+  ASSERT_TRUE(eventually([&] { return !get_job(*admin_, id)["status"].contains("migration"); }, std::chrono::seconds(10)));
+  const Json given_up = get_job(*admin_, id)["status"];
+  EXPECT_EQ(given_up["phase"], "Running");
+  EXPECT_EQ(given_up["placement"][0], own) << given_up.dump();
+}
+
 }  // namespace
 }  // namespace cnlab::server::test_support
