@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <fstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -143,6 +144,15 @@ Result<int> resume(const std::string& tool, const std::vector<pid_t>& pids, cons
     ++resumed;
   }
   return resumed;
+}
+
+bool may_hold_context(pid_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/environ", pid), std::ios::binary);
+  if (!in) return false;
+  for (std::string entry; std::getline(in, entry, '\0');) {
+    if (entry == "CUDA_VISIBLE_DEVICES=") return false;
+  }
+  return true;
 }
 
 std::string device_map_argument(const DeviceMap& map) {

@@ -40,6 +40,12 @@ Result<int> suspend(const std::string& tool, const std::vector<pid_t>& pids, std
 Result<int> resume(const std::string& tool, const std::vector<pid_t>& pids, const DeviceMap& map,
                    std::chrono::milliseconds timeout);
 
+// False when the process cannot hold a CUDA context: it is gone, or it started with
+// CUDA_VISIBLE_DEVICES set and empty (CNLab's agent gives a job without GPUs that), so CUDA shows
+// it no device. Read from /proc, so that such processes cost no call of the utility (each call
+// loads the driver: tenths of a second).
+bool may_hold_context(pid_t pid);
+
 // "old=new,old=new": the utility's --device-map; empty when every GPU stays the same.
 std::string device_map_argument(const DeviceMap& map);
 

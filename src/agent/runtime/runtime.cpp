@@ -583,10 +583,21 @@ std::vector<pid_t> tree_of(pid_t root) {
   return pids;
 }
 
+// The processes of a job that may hold a CUDA context: the tree but the namespace's init (the
+// runtime's own), and only those that see a GPU (cuda::may_hold_context), so that a job without
+// GPUs costs no call of the utility.
+std::vector<pid_t> cuda_candidates(const JobRecord& record) {
+  std::vector<pid_t> pids;
+  for (pid_t pid : tree_of(record.job_pid)) {
+    if ((pid != record.job_pid || !record.namespaces) && cuda::may_hold_context(pid)) pids.push_back(pid);
+  }
+  return pids;
+}
+
 // Before a dump: the job's CUDA processes' GPU state into their host memory (none without the tool).
 Status suspend_cuda(const JobRecord& record) {
   if (record.cuda_tool.empty()) return {};
-  auto suspended = cuda::suspend(record.cuda_tool, tree_of(record.job_pid), record.checkpoint_timeout);
+  auto suspended = cuda::suspend(record.cuda_tool, cuda_candidates(record), record.checkpoint_timeout);
   if (!suspended) {
     return Error::of(ErrorCode::kFailedPrecondition, "job", record.job_id,
                      "its GPU state could not be suspended for the dump: " + suspended.error().message);
@@ -598,7 +609,7 @@ Status suspend_cuda(const JobRecord& record) {
 // After a dump that leaves the job running, a thaw or a restore: back onto the GPUs.
 Status resume_cuda(const JobRecord& record, const cuda::DeviceMap& map) {
   if (record.cuda_tool.empty() || record.job_pid <= 0) return {};
-  auto resumed = cuda::resume(record.cuda_tool, tree_of(record.job_pid), map, record.checkpoint_timeout);
+  auto resumed = cuda::resume(record.cuda_tool, cuda_candidates(record), map, record.checkpoint_timeout);
   if (!resumed) {
     spdlog::error("job CUDA state not resumed job=\"{}\" error=\"{}\"", record.job_id, resumed.error().message);
     return Error::of(ErrorCode::kFailedPrecondition, "job", record.job_id,

@@ -22,6 +22,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::ElementsAre;
+using ::testing::IsEmpty;
 using namespace std::chrono_literals;
 using namespace testing;
 namespace fs = std::filesystem;
@@ -452,6 +453,21 @@ TEST_F(GpuCheckpointTest, AJobDumpedAgainWhileLeftStoppedIsRestoredOntoTheMapped
   EXPECT_THAT(cuda_actions("node-b"), ElementsAre(pid + " lock", pid + " checkpoint",
                                                   pid + " restore GPU-node-a-0=GPU-node-b-1", pid + " unlock"));
   ASSERT_TRUE(r.restored->stop(2s));
+}
+
+TEST_F(GpuCheckpointTest, AJobThatSeesNoGpuIsDumpedWithoutAskingTheUtility) {
+  // What the agent gives a job without GPUs: CUDA shows it no device, so it holds no context (the
+  // double would say otherwise, were it asked).
+  ProcessSpec spec = cuda_job("node-a");
+  spec.env.push_back("CUDA_VISIBLE_DEVICES=");
+  auto job = runtime_->start(spec);
+  ASSERT_TRUE(job) << job.error().to_string();
+  auto reader = OutputReader::open(job->output_path());
+  ASSERT_TRUE(reader);
+  (void)read_until_tick(*reader, 2);
+  ASSERT_TRUE(job->checkpoint(dir_.path() / "images", JobHandle::AfterDump::kLeaveRunning));
+  EXPECT_THAT(cuda_actions("node-a"), IsEmpty());
+  ASSERT_TRUE(job->stop(2s));
 }
 
 TEST_F(GpuCheckpointTest, ACudaProcessThatCannotBeSuspendedFailsTheDumpAndRunsOn) {
