@@ -312,7 +312,9 @@ TEST_F(AgentTest, APreemptedJobsCheckpointIsUploadedAndHandedBackWhenItResumesOn
   ASSERT_TRUE(eventually([&] { return get_job(*admin_, job)["status"].contains("checkpoint"); }, 20s))
       << get_job(*admin_, job).dump() << agents_[0]->log();
   std::string digest = get_job(*admin_, job)["status"]["checkpoint"]["digest"];
-  EXPECT_THAT(agents_[0]->log(), HasSubstr("job checkpoint uploaded job=\"" + job + "\" digest=\"" + digest + "\""));
+  // The agent logs the upload once the server has answered it, a little after the job shows it.
+  const std::string uploaded = "job checkpoint uploaded job=\"" + job + "\" digest=\"" + digest + "\"";
+  EXPECT_TRUE(eventually([&] { return agents_[0]->log().find(uploaded) != std::string::npos; }, 10s)) << agents_[0]->log();
 
   // gpu-1 takes no new work; the job resumes on gpu-2, which has never seen it.
   call(*admin_, "POST", "/v1/nodes/gpu-1/cordon", 200);

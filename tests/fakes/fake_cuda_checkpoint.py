@@ -4,14 +4,16 @@
 # and --device-map) and its state machine, running -> locked -> checkpointed -> locked -> running,
 # for the processes the agent hands it. Nothing here touches a GPU.
 #
-# A process "holds a CUDA context" when its environment has FAKE_CUDA_CONTEXT=1; for any other
-# process --get-state fails, as the real utility does for a process without CUDA. Its state lives
-# where a real one's lives, with the process: in its working directory (which a checkpoint carries
-# with the job), `.fake-cuda-state.<its pid in its namespace>`, absent meaning running. Every
-# action is appended to `.fake-cuda-actions` there ("<pid> <action>[ <device map>]"), so a test and
-# the job itself can see what was done and when. A job whose CUDA calls would block while it is
-# not running waits for that file to say so. FAKE_CUDA_FAIL=<action> in the process's environment
-# makes that action fail, like a driver that refuses it.
+# A process "holds a CUDA context" when it created `.fake-cuda-context.<its pid in its namespace>`
+# in its working directory (cuda_counter_job.py does, given FAKE_CUDA_CONTEXT=1); for any other
+# process --get-state fails, as the real utility does for a process without CUDA. Nothing is read
+# from the process's memory (/proc/PID/environ is), which a post-copy restore has not pulled yet.
+# Its state lives where a real one's lives, with the process: in its working directory (which a
+# checkpoint carries with the job), `.fake-cuda-state.<pid>`, absent meaning running. Every action
+# is appended to `.fake-cuda-actions` there ("<pid> <action>[ <device map>]"), so a test and the
+# job itself can see what was done and when. A job whose CUDA calls would block while it is not
+# running waits for that file to say so. An action named in the context file fails, like a driver
+# that refuses it.
 import os
 import sys
 
@@ -40,14 +42,15 @@ def main(argv):
     if not pid or not pid.isdigit():
         fail('a --pid is required')
     try:
-        environ = open(f'/proc/{pid}/environ', 'rb').read().split(b'\0')
         status = open(f'/proc/{pid}/status').read()
         cwd = os.readlink(f'/proc/{pid}/cwd')
     except OSError as e:
         fail(f'Could not get state of process ID {pid}: "{e.strerror}"')
-    if b'FAKE_CUDA_CONTEXT=1' not in environ:
-        fail(f'Could not get state of process ID {pid}: "initialization error"')
     nspid = [line.split()[-1] for line in status.splitlines() if line.startswith('NSpid:')][0]
+    context = os.path.join(cwd, f'.fake-cuda-context.{nspid}')
+    if not os.path.exists(context):
+        fail(f'Could not get state of process ID {pid}: "initialization error"')
+    refused = open(context).read().split()
     state_file = os.path.join(cwd, f'.fake-cuda-state.{nspid}')
     state = open(state_file).read().strip() if os.path.exists(state_file) else 'running'
     if options.get('get-state'):
@@ -56,7 +59,7 @@ def main(argv):
     action = options.get('action')
     if action not in TRANSITIONS:
         fail(f'unknown action {action}')
-    if ('FAKE_CUDA_FAIL=' + action).encode() in environ:
+    if action in refused:
         fail(f'Could not {action} process ID {pid}: "operation not supported"')
     before, after = TRANSITIONS[action]
     if state != before:
