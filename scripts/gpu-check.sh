@@ -678,7 +678,7 @@ PY
   KIND=$(status "s.get('checkpoint', {}).get('kind', '')")
   AT=$(steps | wc -w); sleep 2
   if [ "$KIND" = process ] && [ "$(steps | wc -w)" -gt "$AT" ]; then
-    echo "PASS: a transparent checkpoint of the CUDA job, which ran on ($(grep -o 'job CUDA state suspended[^ ]* [^ ]* processes=[0-9]*' "$WORK/agent2.log" | head -1))"
+    echo "PASS: a transparent checkpoint of the CUDA job, which ran on ($(grep -c 'job CUDA state suspended' "$WORK/agent2.log") suspension(s); frozen $(grep -o 'pause_ms=[0-9]*' "$WORK/agent2.log" | head -1))"
   else
     echo "FAIL: checkpoint kind '${KIND}' (expected process), steps $AT then $(steps | wc -w); $(grep -E 'CUDA|checkpoint' "$WORK/agent2.log" | tail -n 3)"; fail=1
   fi
