@@ -525,10 +525,15 @@ void JobRunner::supervise() {
       // A copy adopted frozen may be running elsewhere already: it is stopped, never dumped.
       bool checkpoint = reason == StopReason::kGone && checkpointable() && !migrated_away_ && !frozen_at_adopt_;
       std::string refusal = checkpoint ? transparent_refusal() : "";
-      spdlog::info("job stopping job=\"{}\" reason={} checkpoint={} transparent={}", job_id_,
-                   reason == StopReason::kCancelled ? "cancelled" : "gone", checkpoint, checkpoint && refusal.empty());
-      stopper_ = std::thread([this, handle = *handle_, grace = context_.stop_grace, checkpoint,
-                              transparent = refusal.empty(), checkpoint_grace = context_.checkpoint_grace] {
+      // A frozen copy (moved away, or found frozen after a restart) is killed at once, without
+      // SIGTERM's grace: stopped, it could not act on it, and a copy whose job runs elsewhere must
+      // never run again.
+      const bool at_once = migrated_away_ || frozen_at_adopt_;
+      spdlog::info("job stopping job=\"{}\" reason={} checkpoint={} transparent={} at_once={}", job_id_,
+                   reason == StopReason::kCancelled ? "cancelled" : "gone", checkpoint, checkpoint && refusal.empty(),
+                   at_once);
+      stopper_ = std::thread([this, handle = *handle_, grace = at_once ? std::chrono::milliseconds(0) : context_.stop_grace,
+                              checkpoint, transparent = refusal.empty(), checkpoint_grace = context_.checkpoint_grace] {
         // Transparently where it can be (the job ends with the dump), else its own save on SIGUSR1.
         if (checkpoint && transparent) {
           auto taken = take_process_checkpoint(JobHandle::AfterDump::kStop);

@@ -560,6 +560,10 @@ class GpuMigrationTest : public MigrationTest {
     EXPECT_THAT(to_gpu, ::testing::StartsWith("GPU-node-b-")) << "bound to a GPU of node-b";
     EXPECT_THAT(cuda_actions("node-b", id), ElementsAre(pid + " lock", pid + " checkpoint",
                                                         pid + " restore " + from_gpu + "=" + to_gpu, pid + " unlock"));
+    // The frozen copy on node-a is killed as soon as node-b runs the job, without a stop grace.
+    EXPECT_TRUE(eventually([&] { return agents_[0]->log().find("job ended job=\"" + id + "\"") != std::string::npos; }, 3s))
+        << agents_[0]->log();
+    EXPECT_THAT(agents_[0]->log(), HasSubstr("job stopping job=\"" + id + "\" reason=gone checkpoint=false transparent=false at_once=true"));
     record_pause(id);
     cancel_and_wait(id);
   }
