@@ -15,7 +15,7 @@ FairShareQueue::FairShareQueue(std::vector<double> project_usage, std::vector<do
       project_names_(project_names),
       queue_of_project_(project_usage_.size(), UINT32_MAX) {}
 
-void FairShareQueue::push(const JobInfo& job) {
+void FairShareQueue::push(const JobInfo& job, double rank) {
   uint32_t& q = queue_of_project_[job.project];
   if (q == UINT32_MAX) {
     q = static_cast<uint32_t>(queues_.size());
@@ -28,7 +28,7 @@ void FairShareQueue::push(const JobInfo& job) {
     users.push_back({job.user, {}});
     it = users.end() - 1;
   }
-  it->jobs.emplace_back(job.submitted, job.index);
+  it->jobs.emplace_back(rank, job.submitted, job.index);
   built_ = false;
 }
 
@@ -56,7 +56,7 @@ void FairShareQueue::build() {
 
 JobIndex FairShareQueue::top() {
   if (!built_) build();
-  return queues_[heap_.front()].users.front().jobs.back().second;
+  return std::get<JobIndex>(queues_[heap_.front()].users.front().jobs.back());
 }
 
 void FairShareQueue::charge(const JobInfo& job, int blocks) {

@@ -5,7 +5,8 @@
 //     U = usage(now) + blocks_held * half_life / ln 2
 // (a job holding b blocks for ever adds exactly b * half_life / ln 2 to a decayed ledger, so
 // the two terms are in the same unit). The project with the lowest U / share goes next; inside it,
-// the user with the lowest U / user_share; inside that, the oldest job. Every job placed during the
+// the user with the lowest U / user_share; inside that, the job with the lowest rank (its tier's
+// order: the oldest, or the highest response ratio), then the oldest. Every job placed during the
 // cycle adds its blocks to its project's and user's U before the next pick (progressive filling),
 // so one starved team does not take a whole cycle's free capacity at once.
 //
@@ -19,6 +20,7 @@
 
 #include <queue>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "sched/job_info.h"
@@ -34,8 +36,9 @@ class FairShareQueue {
   FairShareQueue(std::vector<double> project_usage, std::vector<double> project_share, std::vector<double> user_usage,
                  std::vector<double> user_share, double held_weight, const std::vector<std::string>& project_names);
 
-  // Adds a waiting job. Jobs of one user are taken oldest first (then by index).
-  void push(const JobInfo& job);
+  // Adds a waiting job. Jobs of one user are taken lowest `rank` first, then oldest first (then by
+  // index).
+  void push(const JobInfo& job, double rank = 0);
   bool empty() const { return heap_.empty(); }
   // The next job in fair-share order. Call charge() for it if it was placed, then pop().
   JobIndex top();
@@ -46,7 +49,7 @@ class FairShareQueue {
  private:
   struct UserQueue {
     uint32_t user = 0;
-    std::vector<std::pair<Time, JobIndex>> jobs;  // sorted newest first; back() is next
+    std::vector<std::tuple<double, Time, JobIndex>> jobs;  // sorted last first; back() is next
   };
   struct ProjectQueue {
     uint32_t project = 0;

@@ -9,6 +9,10 @@
 
 namespace cnlab::sched {
 
+const char* queue_order_name(QueueOrder order) {
+  return order == QueueOrder::kResponseRatio ? "response_ratio" : "submitted";
+}
+
 int PolicyConfig::tier_index(std::string_view name) const {
   for (size_t i = 0; i < tiers.size(); ++i) {
     if (tiers[i].name == name) return static_cast<int>(i);
@@ -23,12 +27,12 @@ Result<PolicyConfig> policy_config_from_json(const Json& json) {
           "max_reservations", "max_preemptors_per_cycle", "repartition_idle_gpus", "power_down_after", "placement_candidates",
           "gangs_span_nodes", "max_migrations_per_cycle", "max_moves_per_job", "migrate_gpu_jobs", "move_higher_tiers", "migration_cooldown",
           "migrate_after_wait", "migration_pause_base_ms", "migration_pause_per_gib_ms", "max_drain_moves_per_cycle",
-          "drain_reserve"});
+          "drain_reserve", "default_estimate"});
   if (const Json* tiers = r.array("tiers")) {
     config.tiers.clear();
     for (size_t i = 0; i < tiers->size(); ++i) {
       JsonReader t((*tiers)[i], fmt::format("tiers[{}]", i));
-      t.only({"name", "may_preempt", "min_runtime"});
+      t.only({"name", "may_preempt", "min_runtime", "order"});
       TierConfig tier;
       tier.name = t.string("name");
       if (t.status()) {
@@ -39,6 +43,12 @@ Result<PolicyConfig> policy_config_from_json(const Json& json) {
       }
       tier.may_preempt = t.boolean_or("may_preempt", false);
       tier.min_runtime = t.duration("min_runtime").value_or(tier.min_runtime);
+      const std::string order = t.string_or("order", queue_order_name(tier.order));
+      if (order == queue_order_name(QueueOrder::kResponseRatio)) {
+        tier.order = QueueOrder::kResponseRatio;
+      } else if (order != queue_order_name(QueueOrder::kSubmitted)) {
+        t.fail(Error::invalid_argument(t.path_of("order"), order, "must be \"submitted\" or \"response_ratio\""));
+      }
       if (!t.status()) return t.status().error();
       config.tiers.push_back(tier);
     }
@@ -47,6 +57,11 @@ Result<PolicyConfig> policy_config_from_json(const Json& json) {
   config.fair_share_half_life = r.duration("fair_share_half_life").value_or(config.fair_share_half_life);
   if (config.fair_share_half_life.count() <= 0) {
     r.fail(Error::invalid_argument("fair_share_half_life", format_duration(config.fair_share_half_life),
+                                   "must be longer than 0s"));
+  }
+  config.default_estimate = r.duration("default_estimate").value_or(config.default_estimate);
+  if (config.default_estimate.count() <= 0) {
+    r.fail(Error::invalid_argument("default_estimate", format_duration(config.default_estimate),
                                    "must be longer than 0s"));
   }
   config.deadline_urgency = r.duration("deadline_urgency").value_or(config.deadline_urgency);
@@ -87,9 +102,13 @@ Result<PolicyConfig> policy_config_from_json(const Json& json) {
 Json to_json(const PolicyConfig& config) {
   Json tiers = Json::array();
   for (const auto& t : config.tiers) {
-    tiers.push_back({{"name", t.name}, {"may_preempt", t.may_preempt}, {"min_runtime", format_duration(t.min_runtime)}});
+    tiers.push_back({{"name", t.name},
+                     {"may_preempt", t.may_preempt},
+                     {"min_runtime", format_duration(t.min_runtime)},
+                     {"order", queue_order_name(t.order)}});
   }
   return {{"tiers", tiers},
+          {"default_estimate", format_duration(config.default_estimate)},
           {"fair_share_half_life", format_duration(config.fair_share_half_life)},
           {"deadline_urgency", format_duration(config.deadline_urgency)},
           {"backfill", config.backfill},

@@ -12,21 +12,35 @@
 
 namespace cnlab::sched {
 
+// The order in which one user's waiting jobs of a tier are taken (projects and users are always
+// taken in fair-share order first).
+enum class QueueOrder {
+  kSubmitted,      // "submitted": oldest first
+  kResponseRatio,  // "response_ratio": highest (wait + estimate) / estimate first (HRRN)
+};
+// The name a configuration uses for `order`.
+const char* queue_order_name(QueueOrder order);
+
 // A priority tier. Tiers are listed highest first; a job names its tier by `name`
 // (its priority_class).
 struct TierConfig {
   std::string name;
   bool may_preempt = false;    // may evict running jobs of lower tiers
   Duration min_runtime{600};   // a job of this tier is not pre-empted before it ran this long
+  QueueOrder order = QueueOrder::kSubmitted;
 };
 
 struct PolicyConfig {
   std::vector<TierConfig> tiers = {
       {"inference", true, Duration{0}},
       {"production", true, 10 * kMinute},
-      {"dev", false, 10 * kMinute},
+      // Development work is mostly short iterations: a short run passes a long one of its user that
+      // waits for room (docs/benchmarks/replay.md measures it).
+      {"dev", false, 10 * kMinute, QueueOrder::kResponseRatio},
       {"opportunistic", false, Duration{0}},
   };
+  // The estimate the response-ratio order assumes for a job that gives none (Slurm's DefaultTime).
+  Duration default_estimate = 1 * kDay;
   // Fair share: how fast past usage is forgotten.
   Duration fair_share_half_life = 7 * kDay;
   // Deadline jobs whose latest start is within this of now go first in their tier, earliest first.

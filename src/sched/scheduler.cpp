@@ -265,10 +265,20 @@ class Cycle {
     if (tier < static_cast<int>(pending_by_tier_.size())) {
       std::sort(taken_.begin(), taken_.end());
       for (JobIndex j : pending_by_tier_[tier]) {
-        if (!std::binary_search(taken_.begin(), taken_.end(), j)) queue.push(jobs_[j]);
+        if (!std::binary_search(taken_.begin(), taken_.end(), j)) queue.push(jobs_[j], rank(jobs_[j]));
       }
     }
     return queue;
+  }
+
+  // Where a job stands among its user's waiting jobs of its tier, lowest first (FairShareQueue).
+  // The response ratio (wait + estimate) / estimate lets short jobs pass long ones that arrived a
+  // little earlier, while every job's ratio grows as it waits, so none starves.
+  double rank(const JobInfo& job) const {
+    if (config_.tiers[job.tier].order != QueueOrder::kResponseRatio) return 0;
+    const double estimate = static_cast<double>((job.estimate.count() > 0 ? job.estimate : config_.default_estimate).count());
+    const double waited = static_cast<double>(std::max(Duration{0}, now_ - job.submitted).count());
+    return -(waited + estimate) / estimate;
   }
 
   // --- One job -----------------------------------------------------------------------------

@@ -104,5 +104,77 @@ TEST(FairShare, UsersInsideAProjectShareToo) {
   EXPECT_EQ(winner(s), 1u);
 }
 
+// Inside one user's jobs of a tier, the tier's order decides. Dev's is the response ratio
+// (wait + estimate) / estimate: highest first.
+TEST(ResponseRatio, AShortDevJobPassesALongOneItsUserSubmittedJustBefore) {
+  // long: (1h + 3d) / 3d = 1.01; short: (10m + 10m) / 10m = 2.
+  auto s = snapshot_of({gpu_node("a", "h100", 1)},
+                       {pending_job("long", "h100", {.submitted_ago = kHour, .estimate = 3 * kDay}),
+                        pending_job("short", "h100", {.submitted_ago = 10 * kMinute, .estimate = 10 * kMinute})});
+  EXPECT_EQ(winner(s), 1u);
+}
+
+TEST(ResponseRatio, ALongJobThatHasWaitedLongGoesFirstAtLast) {
+  // long: (3d + 1d) / 1d = 4; short: (1m + 1m) / 1m = 2. No job starves.
+  auto s = snapshot_of({gpu_node("a", "h100", 1)},
+                       {pending_job("long", "h100", {.submitted_ago = 3 * kDay, .estimate = kDay}),
+                        pending_job("short", "h100", {.submitted_ago = kMinute, .estimate = kMinute})});
+  EXPECT_EQ(winner(s), 0u);
+}
+
+TEST(ResponseRatio, ProductionKeepsOldestFirstByDefault) {
+  auto s = snapshot_of(
+      {gpu_node("a", "h100", 1)},
+      {pending_job("long", "h100", {.priority_class = "production", .submitted_ago = kHour, .estimate = 3 * kDay}),
+       pending_job("short", "h100",
+                   {.priority_class = "production", .submitted_ago = 10 * kMinute, .estimate = 10 * kMinute})});
+  EXPECT_EQ(winner(s), 0u);
+  auto config = *policy_config_from_json(Json::parse(R"({"tiers": [{"name": "production", "order": "response_ratio"}]})"));
+  EXPECT_EQ(winner(s, config), 1u);
+}
+
+TEST(ResponseRatio, AJobWithoutAnEstimateCountsAsTheDefaultEstimate) {
+  // With the 1-day default: unknown (2h + 1d) / 1d = 1.08 < estimated (1h + 2h) / 2h = 1.5.
+  // With a 1-hour default: unknown (2h + 1h) / 1h = 3 goes first.
+  auto s = snapshot_of({gpu_node("a", "h100", 1)},
+                       {pending_job("unknown", "h100", {.submitted_ago = 2 * kHour}),
+                        pending_job("estimated", "h100", {.submitted_ago = kHour, .estimate = 2 * kHour})});
+  EXPECT_EQ(winner(s), 1u);
+  auto config = *policy_config_from_json(Json::parse(R"({"default_estimate": "1h"})"));
+  EXPECT_EQ(winner(s, config), 0u);
+}
+
+TEST(ResponseRatio, FairShareStillDecidesBetweenUsers) {
+  // bob's short job has the higher ratio, but bob ran heavily: alice goes first.
+  auto s = snapshot_of({gpu_node("a", "h100", 1)},
+                       {pending_job("alice-long", "h100", {.user = "alice", .submitted_ago = kHour, .estimate = 3 * kDay}),
+                        pending_job("bob-short", "h100", {.user = "bob", .estimate = kMinute})});
+  s.usage.add("vision", "bob", 5000, s.now);
+  EXPECT_EQ(winner(s), 0u);
+}
+
+TEST(ResponseRatio, TheOrderIsReadCheckedAndWritten) {
+  auto config = policy_config_from_json(
+      Json::parse(R"({"tiers": [{"name": "a", "order": "response_ratio"}, {"name": "b"}], "default_estimate": "6h"})"));
+  ASSERT_TRUE(config) << config.error().to_string();
+  EXPECT_EQ(config->tiers[0].order, QueueOrder::kResponseRatio);
+  EXPECT_EQ(config->tiers[1].order, QueueOrder::kSubmitted);
+  auto back = policy_config_from_json(to_json(*config));
+  ASSERT_TRUE(back) << back.error().to_string();
+  EXPECT_EQ(back->tiers[0].order, QueueOrder::kResponseRatio);
+  EXPECT_EQ(back->tiers[1].order, QueueOrder::kSubmitted);
+  EXPECT_EQ(back->default_estimate, 6 * kHour);
+  EXPECT_EQ(PolicyConfig{}.tiers[PolicyConfig{}.tier_index("dev")].order, QueueOrder::kResponseRatio);
+
+  auto bad = policy_config_from_json(Json::parse(R"({"tiers": [{"name": "a", "order": "shortest"}]})"));
+  ASSERT_FALSE(bad);
+  EXPECT_THAT(bad.error().to_string(), ::testing::HasSubstr("tiers[0].order"));
+  EXPECT_THAT(bad.error().to_string(), ::testing::HasSubstr("shortest"));
+  EXPECT_THAT(bad.error().to_string(), ::testing::HasSubstr("response_ratio"));
+  auto zero = policy_config_from_json(Json::parse(R"({"default_estimate": "0s"})"));
+  ASSERT_FALSE(zero);
+  EXPECT_THAT(zero.error().to_string(), ::testing::HasSubstr("default_estimate"));
+}
+
 }  // namespace
 }  // namespace cnlab::sched
