@@ -232,7 +232,7 @@ bool JobRunner::settle_adopted_freeze() {
 
 bool JobRunner::leaving() const {
   std::lock_guard lock(mutex_);
-  return stop_reason_ == StopReason::kGone && !migrating_out_;
+  return (stop_reason_ == StopReason::kGone && !migrating_out_) || requeued_;
 }
 
 bool JobRunner::checkpointable() const {
@@ -839,8 +839,9 @@ bool JobRunner::restore_checkpoint(const model::Job& job, const fs::path& checkp
 }
 
 bool JobRunner::report(const std::string& phase, std::optional<int> exit_code, std::optional<int> signal,
-                       const std::string& message) {
+                       const std::string& message, bool requeue) {
   Json body = {{"phase", phase}};
+  if (requeue) body["requeue"] = true;
   if (exit_code) body["exit_code"] = *exit_code;
   if (signal) body["signal"] = *signal;
   if (!message.empty()) body["message"] = message;
@@ -878,6 +879,7 @@ void JobRunner::finish(const JobStatus& status) {
   if (reason != StopReason::kGone) {
     upload_artifacts();
     std::string phase = "Failed", message;
+    bool run_lost = false;
     if (status.state == JobState::kLost) {
       message = "the job's supervisor on " + context_.node + " died: " + status.error;
     } else if (status.oom_killed) {
@@ -891,13 +893,20 @@ void JobRunner::finish(const JobStatus& status) {
       message = stopped ? fmt::format("stopped (signal {})", *status.signal)
                         : fmt::format("killed by signal {}", *status.signal);
       if (std::string lost = stopped ? "" : pages_not_pulled(); !lost.empty()) {
+        // Its memory was lost with the source, not by the job's fault: it goes back to the queue
+        // and resumes from its latest stored checkpoint, as from a lost node.
         message += "; its memory did not all arrive from the node it was live-migrated from (post-copy): " + lost;
+        run_lost = true;
       }
     } else if (!status.error.empty()) {
       message = status.error;
     }
     if (!detached()) {
-      report(phase, status.exit_code, status.signal, truncate(message));
+      report(phase, status.exit_code, status.signal, truncate(message), run_lost);
+    }
+    if (run_lost) {
+      std::lock_guard lock(mutex_);
+      requeued_ = true;
     }
   }
   if (detached()) return;  // the next agent finishes the job's bookkeeping

@@ -131,7 +131,8 @@ class JobRunner {
   // adopted by the next agent).
   void detach();
   bool finished() const { return finished_.load(); }
-  // Stopping because the job was taken off this node.
+  // Stopping because the job was taken off this node, or ended with its run lost and requeued: it
+  // may be bound here again.
   bool leaving() const;
 
   // For metrics: the binding on this node (empty until known) and whether the process runs.
@@ -150,8 +151,9 @@ class JobRunner {
   bool prepare_and_start();
   void supervise();
   void finish(const JobStatus& status);
+  // `requeue`: the run was lost through no fault of the job; the server puts it back in the queue.
   bool report(const std::string& phase, std::optional<int> exit_code, std::optional<int> signal,
-              const std::string& message);
+              const std::string& message, bool requeue = false);
   bool ship_logs(OutputReader& reader, bool until_end);
   bool post_lines(const Json& lines, size_t count);
   void note(const std::string& text);  // a line in the job's log from the agent itself
@@ -238,6 +240,7 @@ class JobRunner {
   mutable std::mutex mutex_;
   model::Job job_;
   StopReason stop_reason_ = StopReason::kNone;
+  bool requeued_ = false;  // its run was lost and it went back to the queue (it may come back here)
   std::condition_variable wake_;
 
   std::optional<JobHandle> handle_;

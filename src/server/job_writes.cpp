@@ -10,6 +10,25 @@ bool holds_gpus(model::JobPhase phase) {
   return phase == model::JobPhase::kScheduled || phase == model::JobPhase::kRunning;
 }
 
+void requeue(model::Job& job, Time now, const std::string& why) {
+  job.status.placement.clear();
+  job.status.succeeded_nodes.clear();
+  job.status.started_at.reset();
+  if (job.status.cancel_requested) {
+    job.status.phase = model::JobPhase::kCancelled;
+    job.status.finished_at = now;
+    job.status.events.push_back({model::JobEventType::kCancelled, now, why + " while cancelling"});
+    return;
+  }
+  job.status.phase = model::JobPhase::kPending;
+  const bool resume = job.spec.checkpointable && job.status.last_checkpoint_at.has_value();
+  job.status.events.push_back(
+      {model::JobEventType::kPreempted, now,
+       why + "; requeued" +
+           (resume ? " to resume from its checkpoint of " + format_rfc3339(*job.status.last_checkpoint_at)
+                   : " to start again")});
+}
+
 namespace {
 
 std::map<std::string, std::vector<model::GpuBinding>> held(const model::Job* job) {

@@ -17,6 +17,11 @@ namespace cnlab::server {
 // Whether a job in this phase holds its placement's GPUs.
 bool holds_gpus(model::JobPhase phase);
 
+// Takes a job that holds GPUs off its nodes and back to the queue: Pending, with a Preempted event
+// "<why>; requeued to resume from its checkpoint of ..." (or "to start again"), or Cancelled when a
+// cancel was asked. Its run on those nodes was lost (a node lost, its memory lost in a move).
+void requeue(model::Job& job, Time now, const std::string& why);
+
 struct JobWrite {
   const model::Job* before = nullptr;  // as read, at `expected_revision`
   const model::Job* after = nullptr;   // what to store

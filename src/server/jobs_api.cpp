@@ -525,7 +525,7 @@ net::Response Api::report_job_status(const Call& call) {
   if (!body) return error_response(body.error());
   JsonReader r(*body, "");
   r.only({"phase", "exit_code", "signal", "message", "checkpoint_at", "gpu_active_at", "memory_event", "move_requested",
-          "migration_failed", "migration_handed_over", "migration_progress"});
+          "migration_failed", "migration_handed_over", "migration_progress", "requeue"});
   std::string phase = r.string("phase");
   int64_t exit_code = r.integer_or("exit_code", -1, -1, 255);
   int64_t signal = r.integer_or("signal", 0, 0, 127);
@@ -536,6 +536,9 @@ net::Response Api::report_job_status(const Call& call) {
   auto gpu_active_at = r.time("gpu_active_at");
   std::string memory_event = r.string_or("memory_event", "");
   std::string move_requested = r.string_or("move_requested", "");
+  // The run was lost through no fault of the job (a post-copy move whose source died before all of
+  // its memory arrived): back to the queue, as for a lost node, rather than Failed.
+  const bool run_lost = r.boolean_or("requeue", false);
   // The source could not dump it for a migration asked for (it runs on there).
   std::string migration_failed = r.string_or("migration_failed", "");
   // The source is still dumping, packing or sending it ("packing 3.2 GiB"): the migration's timeout
@@ -568,6 +571,9 @@ net::Response Api::report_job_status(const Call& call) {
   if ((gpu_active_at || !memory_event.empty() || !move_requested.empty()) && phase != "Running") {
     return error_response(Error::invalid_argument("phase", phase, "gpu_active_at, memory_event and move_requested come with Running"));
   }
+  if (run_lost && phase != "Failed") {
+    return error_response(Error::invalid_argument("phase", phase, "requeue comes with Failed"));
+  }
   static const std::map<std::string, model::JobPhase> kReportable = {{"Running", model::JobPhase::kRunning},
                                                                       {"Succeeded", model::JobPhase::kSucceeded},
                                                                       {"Failed", model::JobPhase::kFailed}};
@@ -578,6 +584,7 @@ net::Response Api::report_job_status(const Call& call) {
   Json detail = {{"phase", phase}};
   if (!memory_event.empty()) detail["memory_event"] = memory_event;
   if (!move_requested.empty()) detail["move_requested"] = move_requested;
+  if (run_lost) detail["requeue"] = true;
   Json audit = audit_record(call, "jobs.status", id, "ok", detail);
   std::optional<double> start_latency;
   auto updated = update_job(
@@ -596,6 +603,10 @@ net::Response Api::report_job_status(const Call& call) {
         if (migration_target && to->second != model::JobPhase::kRunning) {
           // The target could not restore it: the source, still holding it frozen, thaws it.
           roll_back_migration(job, call.now, "node " + call.caller.node + " could not restore it: " + message);
+          return true;
+        }
+        if (run_lost) {
+          requeue(job, call.now, "its run on node " + call.caller.node + " was lost: " + message);
           return true;
         }
         if (!migration_failed.empty() && job.status.migration && job.status.migration->from.empty()) {

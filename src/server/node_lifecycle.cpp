@@ -88,22 +88,7 @@ void NodeLifecycle::requeue_jobs_of(const std::string& node, Time now) {
           bool here = false;
           for (const auto& b : job.status.placement) here = here || b.node == node;
           if (!here) return false;
-          job.status.placement.clear();
-          job.status.succeeded_nodes.clear();
-          job.status.started_at.reset();
-          if (job.status.cancel_requested) {
-            job.status.phase = model::JobPhase::kCancelled;
-            job.status.finished_at = now;
-            job.status.events.push_back({model::JobEventType::kCancelled, now, "node " + node + " lost while cancelling"});
-            return true;
-          }
-          job.status.phase = model::JobPhase::kPending;
-          bool resume = job.spec.checkpointable && job.status.last_checkpoint_at.has_value();
-          job.status.events.push_back({model::JobEventType::kPreempted, now,
-                                       "node " + node + " lost; requeued" +
-                                           (resume ? " to resume from its checkpoint of " +
-                                                         format_rfc3339(*job.status.last_checkpoint_at)
-                                                   : " to start again")});
+          requeue(job, now, "node " + node + " lost");
           return true;
         },
         audit.dump());

@@ -286,5 +286,32 @@ TEST_F(JobsTest, ASilentNodeBecomesLostAndItsJobsAreRequeued) {
   EXPECT_THAT(job["status"]["events"].back()["reason"].get<std::string>(), HasSubstr("lost"));
 }
 
+TEST_F(JobsTest, AnAgentThatLostAJobsRunRequeuesItAndOnlyWithFailed) {
+  std::string credential = register_node("gpu-1", "h100", 8);
+  Json body = job_body("default", "h100-25");
+  body["spec"]["checkpointable"] = true;
+  std::string id = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
+  ASSERT_TRUE(wait_for_phase(*admin_, id, "Scheduled"));
+  auto agent = server_->client(credential);
+  call(*agent, "PUT", "/v1/jobs/" + id + "/status", 200, {{"phase", "Running"}});
+  auto wrong = agent->request("PUT", "/v1/jobs/" + id + "/status", Json{{"phase", "Running"}, {"requeue", true}}.dump());
+  ASSERT_TRUE(wrong);
+  EXPECT_EQ(wrong->status, 400) << wrong->body;
+  EXPECT_THAT(wrong->body, HasSubstr("requeue comes with Failed"));
+  EXPECT_EQ(get_job(*admin_, id)["status"]["phase"], "Running");
+
+  call(*agent, "PUT", "/v1/jobs/" + id + "/status", 200,
+       {{"phase", "Failed"}, {"signal", 11}, {"requeue", true}, {"message", "its memory did not all arrive"}});
+  // Back in the queue, not Failed: the scheduler binds it again (to the only node there is).
+  Json job = get_job(*admin_, id);
+  std::string reasons;
+  for (const auto& e : job["status"]["events"]) reasons += e["type"].get<std::string>() + ": " + e.value("reason", "") + "\n";
+  EXPECT_THAT(reasons, HasSubstr("Preempted: its run on node gpu-1 was lost: its memory did not all arrive; requeued to start again"));
+  EXPECT_NE(job["status"]["phase"], "Failed");
+  ASSERT_TRUE(wait_for_phase(*admin_, id, "Scheduled"));
+  Json audit = call(*admin_, "GET", "/v1/audit?limit=1000", 200);
+  EXPECT_THAT(audit.dump(), HasSubstr("\"requeue\":true"));
+}
+
 }  // namespace
 }  // namespace cnlab::server::test_support
