@@ -207,6 +207,13 @@ void run_replay_command(const ReplayFlags& given, const std::vector<std::string>
     if (!read) fail(kBadInput, read.error());
     scheduler = std::move(*read);
     options.scheduler_settings = "--scheduler-config " + scheduler_file + ": " + to_json(scheduler).dump();
+  } else {
+    // The defaults that decide who waits, so that a summary says what it measured.
+    std::string orders;
+    for (const auto& tier : scheduler.tiers) {
+      orders += (orders.empty() ? "" : ", ") + tier.name + " " + sched::queue_order_name(tier.order);
+    }
+    options.scheduler_settings = "defaults; the order of a user's waiting jobs per tier: " + orders;
   }
 
   // One thread per policy: the runs share nothing but the trace and the nodes, read-only.

@@ -58,7 +58,9 @@ TEST_F(ReplayCommand, GenericTraceOnAClusterSpecWritesSummaryCsvsAndChart) {
   std::string summary = read(dir_.file("out/summary.md"));
   for (const char* text : {"| | fifo | cnlab |", "queueing delay p50", "queueing delay p99", "completion time p50",
                            "completion time p99", "deadline hit rate", "Jain's index", "| inference | 1 |",
-                           "| vision | 2 |", "could have been powered down"}) {
+                           "| vision | 2 |", "could have been powered down",
+                           "Scheduler: defaults; the order of a user's waiting jobs per tier: inference submitted, "
+                           "production submitted, dev response_ratio, opportunistic submitted"}) {
     EXPECT_THAT(summary, HasSubstr(text));
   }
   EXPECT_THAT(o.out, HasSubstr("seconds per policy: fifo"));
