@@ -392,7 +392,11 @@ bool JobRunner::prepare_and_start() {
   std::optional<fs::path> restore_from;
   std::vector<std::pair<std::string, std::string>> gpu_device_map;
   if (resumed && restored_kind_ == "process") {
-    auto images = prepare_restore(binding(), &gpu_device_map);
+    const model::NodeBinding bound = binding();
+    if (context_.apply_layouts && gpu_uuids(bound, context_.gpus->gpus()).size() < bound.gpus.size()) {
+      context_.apply_layouts();  // moved into a MIG instance the heartbeat has not created yet
+    }
+    auto images = prepare_restore(bound, &gpu_device_map);
     if (images) {
       restore_from = *images;
     } else {

@@ -218,7 +218,8 @@ class Cycle {
       if (p != kNone) uses.push_back({p, static_cast<int16_t>(g.blocks), g.vram_mib});
     }
     bool over = false;
-    state_.allocate(j, node, info.shape.cpu_milli, info.shape.memory_mib, uses, false, info.started, end, &over);
+    state_.allocate(j, node, info.shape.cpu_milli, info.shape.memory_mib, uses, info.shape.kind == model::SliceKind::kMig,
+                    info.started, end, &over);
     ++job_allocations_[j].second;
   }
 

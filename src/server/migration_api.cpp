@@ -16,6 +16,35 @@ bool may_act_on(const Caller& caller, const model::Job& job) {
          (job.spec.user == caller.user && caller.can(job.spec.project, auth::Action::kCancelOwn));
 }
 
+// Adds MIG instances to node `name`'s layouts (its agent creates them, as for the scheduler's
+// repartitions), compare-and-swap on the stored record, again from a fresh read when a heartbeat
+// wrote it first.
+Status add_mig_instances(store::Store& store, ObjectCache& cache, const std::string& name,
+                         const std::vector<std::pair<int, model::MigInstance>>& added, const std::string& audit) {
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    auto record = store.get(kind::kNodes, name);
+    if (!record) return record.error();
+    auto node = model::node_from_json(Json::parse(record->value, nullptr, false));
+    if (!node) return node.error();
+    for (const auto& [index, instance] : added) {
+      if (index < 0 || index >= static_cast<int>(node->gpus.size())) {
+        return Error::failed_precondition(fmt::format("node {} has no GPU {}", name, index));
+      }
+      model::Gpu& gpu = node->gpus[static_cast<size_t>(index)];
+      gpu.mig_instances.push_back(instance);
+      if (auto layout = model::MigLayout::create(gpu.model, gpu.mig_instances); !layout) return layout.error();
+    }
+    node->meta.revision = 0;
+    auto committed = store.txn({store::Op::update(kind::kNodes, name, to_json(*node).dump(), record->mod_revision)}, audit);
+    if (committed) {
+      for (const auto& r : committed->records) cache.apply(r);
+      return Status::ok();
+    }
+    if (committed.error().code != ErrorCode::kConflict) return committed.error();
+  }
+  return Error::of(ErrorCode::kConflict, "node", name, "its record kept changing; ask again");
+}
+
 }  // namespace
 
 Result<Cached<model::Job>> Api::job_to_act_on(const Call& call, const std::string& action, const std::string& verb) {
@@ -79,7 +108,7 @@ net::Response Api::migrate_job(const Call& call) {
   // most free CPU; and the GPUs it takes there.
   struct Target {
     std::string node;
-    std::vector<model::GpuBinding> gpus;
+    TargetGpus gpus;
   };
   auto chosen = ctx_.cache.read([&](const ObjectCache& c) -> Result<Target> {
     auto from = c.nodes.get(source);
@@ -117,6 +146,19 @@ net::Response Api::migrate_job(const Call& call) {
     return Target{best->meta.name, *gpus_on(*best)};
   });
   if (!chosen) return error_response(chosen.error());
+  if (!chosen->gpus.new_instances.empty()) {
+    // The MIG instance it moves into is created on the target first; a move that fails after
+    // leaves it there, free for the next job of that profile.
+    Json instances = Json::array();
+    for (const auto& [index, instance] : chosen->gpus.new_instances) {
+      instances.push_back({{"gpu", index}, {"profile", instance.profile}, {"start", instance.start}});
+    }
+    Json layout_audit = audit_record(call, "nodes.mig_layout", chosen->node, "ok", {{"job", id}, {"added", instances}});
+    if (auto added = add_mig_instances(ctx_.store, ctx_.cache, chosen->node, chosen->gpus.new_instances, layout_audit.dump());
+        !added) {
+      return error_response(added.error());
+    }
+  }
   Json audit = audit_record(call, "jobs.migrate", target, "ok", {{"from", source}, {"to", chosen->node}});
   auto updated = update_job(
       ctx_.store, &ctx_.cache, id,
@@ -125,7 +167,7 @@ net::Response Api::migrate_job(const Call& call) {
           return Error::failed_precondition("job " + id + " cannot migrate: " + why);
         }
         job.status.migration = model::Migration{chosen->node, call.now, "", std::nullopt};
-        job.status.migration->gpus = chosen->gpus;
+        job.status.migration->gpus = chosen->gpus.gpus;
         job.status.events.push_back({model::JobEventType::kMigrationRequested, call.now,
                                      fmt::format("migration from {} to {} requested by {}", source, chosen->node,
                                                  call.caller.user)});

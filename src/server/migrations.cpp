@@ -46,9 +46,6 @@ std::string migration_refusal(const model::Job& job, const model::Node* source) 
   if (job.status.placement.size() != 1) return "a gang job (several nodes) does not migrate";
   const auto& gpus = job.status.placement.front().gpus;
   if (gpus.empty()) return "";
-  if (std::any_of(gpus.begin(), gpus.end(), [](const model::GpuBinding& g) { return g.mig_start >= 0; })) {
-    return "the job holds a MIG instance, which a live migration does not move; pre-empt it instead";
-  }
   if (source && !source->gpu_checkpoint) {
     return "the job holds GPUs, and node " + source->meta.name +
            " does not checkpoint GPU state (its agent has no NVIDIA cuda-checkpoint, or runs jobs with "
@@ -61,7 +58,7 @@ std::map<std::string, NodeRoom> free_room(const ObjectCache& cache) {
   std::map<std::string, NodeRoom> room;
   cache.nodes.for_each([&](const std::string& name, const model::Node& node, int64_t) {
     NodeRoom& free = room[name];
-    free = {node.cpu_milli, node.memory_mib, {}};
+    free = {node.cpu_milli, node.memory_mib, {}, {}};
     for (const auto& gpu : node.gpus) free.gpus.push_back({model::kBlocksPerGpu, gpu.memory_mib});
   });
   auto take_gpus = [&](const std::string& node, const std::vector<model::GpuBinding>& gpus) {
@@ -69,6 +66,7 @@ std::map<std::string, NodeRoom> free_room(const ObjectCache& cache) {
     if (it == room.end()) return;
     for (const auto& g : gpus) {
       if (g.index < 0 || g.index >= static_cast<int>(it->second.gpus.size())) continue;
+      if (g.mig_start >= 0) it->second.mig_taken.insert({g.index, g.mig_start});
       it->second.gpus[static_cast<size_t>(g.index)].blocks -= g.blocks;
       it->second.gpus[static_cast<size_t>(g.index)].vram_mib -= g.vram_mib;
     }
@@ -99,16 +97,71 @@ std::map<std::string, NodeRoom> free_room(const ObjectCache& cache) {
   return room;
 }
 
-Result<std::vector<model::GpuBinding>> migration_target_gpus(const model::Job& job, const model::Node& source,
-                                                             const model::Node& node, const NodeRoom& room) {
-  std::vector<model::GpuBinding> chosen;
-  if (job.status.placement.size() != 1) return chosen;
+namespace {
+
+// The MIG instance a move of a job holding instance `held` (on `source`) takes on `node`: a free one
+// of the same profile, else a new one where the profile fits beside the layout (and the instances
+// this move adds). Marks what it chose in `chosen`.
+Result<model::GpuBinding> target_mig_instance(const model::GpuBinding& held, const model::Gpu& from,
+                                              const model::Node& node, const NodeRoom& room,
+                                              std::set<std::pair<int, int>>& chosen, TargetGpus& out) {
+  int profile = -1;
+  for (const auto& instance : from.mig_instances) {
+    if (instance.start == held.mig_start) profile = instance.profile;
+  }
+  const auto& catalog = model::gpu_model(from.model);
+  if (profile < 0 || profile >= static_cast<int>(catalog.mig_profiles.size())) {
+    return Error::failed_precondition(fmt::format("GPU {} of its node has no MIG instance at slot {} (the job's binding)",
+                                                  held.index, held.mig_start));
+  }
+  auto usable = [&](const model::Gpu& gpu) { return gpu.model == from.model && gpu.mig_enabled && gpu.healthy; };
+  for (const auto& gpu : node.gpus) {
+    if (!usable(gpu)) continue;
+    for (const auto& instance : gpu.mig_instances) {
+      const std::pair<int, int> key{gpu.index, instance.start};
+      if (instance.profile != profile || room.mig_taken.count(key) || chosen.count(key)) continue;
+      chosen.insert(key);
+      return model::GpuBinding{gpu.index, held.blocks, held.vram_mib, instance.start};
+    }
+  }
+  for (const auto& gpu : node.gpus) {
+    if (!usable(gpu)) continue;
+    std::vector<model::MigInstance> instances = gpu.mig_instances;
+    for (const auto& [index, added] : out.new_instances) {
+      if (index == gpu.index) instances.push_back(added);
+    }
+    auto layout = model::MigLayout::create(gpu.model, instances);
+    if (!layout) continue;
+    const int start = layout->first_fit(profile);
+    if (start < 0) continue;
+    chosen.insert({gpu.index, start});
+    out.new_instances.push_back({gpu.index, model::MigInstance{profile, start}});
+    return model::GpuBinding{gpu.index, held.blocks, held.vram_mib, start};
+  }
+  return Error::failed_precondition(fmt::format("node {} has no {} GPU in MIG mode with a free {} instance or room for one",
+                                                node.meta.name, catalog.name, catalog.mig_profiles[profile].name));
+}
+
+}  // namespace
+
+Result<TargetGpus> migration_target_gpus(const model::Job& job, const model::Node& source, const model::Node& node,
+                                         const NodeRoom& room) {
+  TargetGpus out;
+  if (job.status.placement.size() != 1) return out;
   std::vector<bool> taken(node.gpus.size(), false);
+  std::set<std::pair<int, int>> chosen_instances;
   for (const auto& held : job.status.placement.front().gpus) {
     if (held.index < 0 || held.index >= static_cast<int>(source.gpus.size())) {
       return Error::failed_precondition(fmt::format("node {} has no GPU {} (the job's binding)", source.meta.name, held.index));
     }
-    const model::ModelId gpu_model = source.gpus[static_cast<size_t>(held.index)].model;
+    const model::Gpu& from = source.gpus[static_cast<size_t>(held.index)];
+    if (held.mig_start >= 0) {
+      auto instance = target_mig_instance(held, from, node, room, chosen_instances, out);
+      if (!instance) return instance.error();
+      out.gpus.push_back(*instance);
+      continue;
+    }
+    const model::ModelId gpu_model = from.model;
     int best = -1;
     for (size_t i = 0; i < node.gpus.size() && i < room.gpus.size(); ++i) {
       const model::Gpu& gpu = node.gpus[i];
@@ -123,9 +176,9 @@ Result<std::vector<model::GpuBinding>> migration_target_gpus(const model::Job& j
           model::gpu_model(gpu_model).name, held.blocks, held.vram_mib));
     }
     taken[static_cast<size_t>(best)] = true;
-    chosen.push_back({best, held.blocks, held.vram_mib, -1});
+    out.gpus.push_back({best, held.blocks, held.vram_mib, -1});
   }
-  return chosen;
+  return out;
 }
 
 std::string migration_target_refusal(const model::Job& job, const model::Node& source, const model::Node& node,

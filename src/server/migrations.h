@@ -12,9 +12,11 @@
 
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 
 #include "model/job.h"
+#include "model/mig_layout.h"
 #include "server/object_cache.h"
 #include "server/periodic.h"
 #include "store/store.h"
@@ -28,7 +30,7 @@ void bind_to_migration_target(model::Job& job, const std::string& source, int64_
 // Gives a migrating job back to its source (bound there, Running), with a MigrationFailed event.
 void roll_back_migration(model::Job& job, Time now, const std::string& why);
 // Why `job` cannot migrate now from `source` (its node; null when unknown), or "" when it can. A job
-// holding GPUs moves only off a node whose agent checkpoints GPU state, and not out of a MIG instance.
+// holding GPUs moves only off a node whose agent checkpoints GPU state.
 std::string migration_refusal(const model::Job& job, const model::Node* source);
 
 // Host CPU and memory each node has free, as the scheduler counts them: its capacity less what the
@@ -42,13 +44,22 @@ struct NodeRoom {
   int64_t cpu_milli = 0;
   int64_t memory_mib = 0;
   std::vector<GpuRoom> gpus;  // by index
+  std::set<std::pair<int, int>> mig_taken;  // (GPU index, start slot) of MIG instances bound or moved to
 };
 std::map<std::string, NodeRoom> free_room(const ObjectCache& cache);
+// What a moving job takes on its target: the binding there, and the MIG instances to add to the
+// target's layouts first (GPU index, instance) where none of the profile it holds is free.
+struct TargetGpus {
+  std::vector<model::GpuBinding> gpus;
+  std::vector<std::pair<int, model::MigInstance>> new_instances;
+};
 // The GPUs `job` would take on `node`: for each GPU it holds on `source`, in order, one of the same
-// model outside MIG with its blocks and VRAM free in `room` (the fullest such, to keep whole GPUs
-// free); an error saying what is missing. Empty for a job without GPUs.
-Result<std::vector<model::GpuBinding>> migration_target_gpus(const model::Job& job, const model::Node& source,
-                                                             const model::Node& node, const NodeRoom& room);
+// model. A share or whole GPU goes to a GPU outside MIG with its blocks and VRAM free in `room`
+// (the fullest such, to keep whole GPUs free); a MIG instance to a free instance of the same
+// profile on a MIG GPU, or to a new one in free slots. An error says what is missing. Empty for a
+// job without GPUs.
+Result<TargetGpus> migration_target_gpus(const model::Job& job, const model::Node& source, const model::Node& node,
+                                         const NodeRoom& room);
 // Why `job` cannot move from `source` onto `node` (cordoned, not Ready, no peer endpoint, not
 // enough free CPU or memory in `room`; for a job holding GPUs, no GPU checkpoints there or no GPUs
 // for it), or "" when it can.

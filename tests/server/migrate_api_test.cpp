@@ -120,6 +120,52 @@ TEST_F(MigrateApiTest, AJobHoldingGpusMovesOnlyOntoANodeThatRestoresGpuStateAndI
       << get_job(*admin_, waiting).dump();
 }
 
+TEST_F(MigrateApiTest, AJobInAMigInstanceMovesIntoAnInstanceOfItsProfileMadeOnTheTargetIfNoneIsFree) {
+  auto gpu_peer = [&](const std::string& name) {
+    Json node = node_object(name, "h100", 1, 64000, 512 * 1024, "127.0.0.1:7443");
+    node["status"]["gpu_checkpoint"] = true;
+    return register_node(name, "h100", 1, node);
+  };
+  auto start_job = [&](const std::string& gpu, net::Client& agent) {
+    Json body = job_body("default", gpu, {"sleep", "100"});
+    body["spec"]["checkpointable"] = true;
+    std::string id = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
+    EXPECT_TRUE(wait_for_phase(*admin_, id, "Scheduled"));
+    call(agent, "PUT", "/v1/jobs/" + id + "/status", 200, {{"phase", "Running"}});
+    return id;
+  };
+  source_ = server_->client(gpu_peer("gpu-1"));
+  const std::string moving = start_job("h100:3g.40gb", *source_);
+
+  // A target whose GPU is not in MIG mode takes no MIG instance.
+  auto target = server_->client(gpu_peer("gpu-2"));
+  Json refused = migrate(moving, 422, {{"to", "gpu-2"}});
+  EXPECT_THAT(refused.dump(), HasSubstr("node gpu-2 has no h100 GPU in MIG mode with a free 3g.40gb instance or room for one"))
+      << refused.dump();
+
+  // gpu-2's GPU goes to MIG for a 1g.10gb job (gpu-1 cordoned so that it lands there).
+  call(*admin_, "POST", "/v1/nodes/gpu-1/cordon", 200);
+  const std::string small = start_job("h100:1g.10gb", *target);
+  ASSERT_EQ(get_job(*admin_, small)["status"]["placement"][0]["node"], "gpu-2");
+
+  // No free 3g.40gb instance there: one is made beside the 1g.10gb, and the move takes it.
+  Json asked = migrate(moving, 202, {{"to", "gpu-2"}});
+  const Json move = asked["status"]["migration"];
+  ASSERT_EQ(move["gpus"].size(), 1u) << asked.dump();
+  const int start = move["gpus"][0]["mig_start"];
+  Json layout = call(*admin_, "GET", "/v1/nodes/gpu-2", 200)["status"]["gpus"][0]["mig_instances"];
+  ASSERT_EQ(layout.size(), 2u) << layout.dump();
+  bool made = false;
+  for (const auto& instance : layout) made |= instance["profile"] == "3g.40gb" && instance["start"] == start;
+  EXPECT_TRUE(made) << layout.dump() << " start " << start;
+
+  // That instance is the moving job's: another 3g.40gb job on gpu-1 finds none left on gpu-2.
+  call(*admin_, "POST", "/v1/nodes/gpu-1/uncordon", 200);
+  const std::string second = start_job("h100:3g.40gb", *source_);
+  Json full = migrate(second, 422, {{"to", "gpu-2"}});
+  EXPECT_THAT(full.dump(), HasSubstr("no h100 GPU in MIG mode with a free 3g.40gb instance")) << full.dump();
+}
+
 TEST_F(MigrateApiTest, RoomPromisedToAMoveUnderWayIsNotPromisedTwice) {
   std::string first = running_job(3000), second = running_job(3000);
   register_peer("gpu-2", 4000);
