@@ -545,10 +545,11 @@ TEST_F(MigrationTest, AJobThatCannotMigrateIsRefusedWithTheReason) {
 class GpuMigrationTest : public MigrationTest {
  protected:
   // `vgpu`: jobs run with libcnlab-vgpu.so, whose regions keep GPU jobs from moving live.
-  AgentProcess& add_gpu_agent(const std::string& name, bool vgpu = true, std::vector<std::string> flags = {}) {
+  AgentProcess& add_gpu_agent(const std::string& name, bool vgpu = true, std::vector<std::string> flags = {},
+                              const std::string& gpus = "h100x2") {
     flags.insert(flags.end(), {"--cuda-checkpoint", CNLAB_FAKE_CUDA_CHECKPOINT});
     if (!vgpu) flags.push_back("--no-vgpu");
-    return add_agent(name, "h100x2", flags);
+    return add_agent(name, gpus, flags);
   }
   // A GPU job started on node-a moves live to node-b (agents with `flags`): its ticks go on
   // without a gap or a repeat, on a GPU of node-b, its CUDA state suspended on node-a for the dump
@@ -579,8 +580,8 @@ class GpuMigrationTest : public MigrationTest {
     record_pause(id);
     cancel_and_wait(id);
   }
-  std::string submit_cuda_counter() {
-    Json body = job_body("default", "h100", {"python3", "-u", CNLAB_CUDA_COUNTER_JOB});
+  std::string submit_cuda_counter(const std::string& gpu = "h100") {
+    Json body = job_body("default", gpu, {"python3", "-u", CNLAB_CUDA_COUNTER_JOB});
     body["spec"]["memory_mib"] = 256;
     body["spec"]["priority_class"] = "opportunistic";
     body["spec"]["checkpointable"] = true;
@@ -594,9 +595,13 @@ class GpuMigrationTest : public MigrationTest {
     for (std::string line; std::getline(in, line);) out.push_back(line);
     return out;
   }
+  // The simulated backend's names: GPU-<node>-<index>, and MIG-<node>-<index>-<start slot>.
   std::string gpu_uuid(const std::string& id) {
     const Json binding = get_job(*admin_, id)["status"]["placement"][0];
-    return "GPU-" + binding["node"].get<std::string>() + "-" + std::to_string(binding["gpus"][0]["index"].get<int>());
+    const Json& gpu = binding["gpus"][0];
+    const std::string name = binding["node"].get<std::string>() + "-" + std::to_string(gpu["index"].get<int>());
+    const int mig_start = gpu.value("mig_start", -1);
+    return mig_start < 0 ? "GPU-" + name : "MIG-" + name + "-" + std::to_string(mig_start);
   }
 };
 
@@ -632,6 +637,33 @@ TEST_F(GpuMigrationTest, AGpuJobMigratesLiveOntoAGpuOfTheOtherNodeWithoutAGapOrA
 TEST_F(GpuMigrationTest, AGpuJobMigratesPostCopyOntoAGpuOfTheOtherNode) {
   // The target resumes its CUDA state while its memory is still being pulled from the source.
   expect_gpu_job_moves_live(kPostCopy);
+}
+
+TEST_F(GpuMigrationTest, AJobInAMigInstanceMigratesLiveIntoAnInstanceMadeForItOnTheOtherNode) {
+  add_gpu_agent("node-a", /*vgpu=*/false, {}, "h100x1:mig");
+  std::string id = submit_cuda_counter("h100:3g.40gb");
+  ASSERT_TRUE(eventually([&] { return last_tick(id) >= 5; }, 20s)) << agents_[0]->log();
+  const std::string from = gpu_uuid(id);
+  ASSERT_THAT(from, ::testing::StartsWith("MIG-node-a-0-"));
+  const std::string pid = ticks(texts(logs(id))).back().pid;
+  // node-b's GPU is in MIG mode with no instance: the move makes a 3g.40gb one, which its agent
+  // creates before restoring the job into it.
+  add_gpu_agent("node-b", /*vgpu=*/false, {}, "h100x1:mig");
+  auto [code, said] = cnlab("migrate " + id + " --to node-b");
+  ASSERT_EQ(code, 0) << said;
+  ASSERT_TRUE(eventually([&] { return has_event(id, "Migrated") && placed_on(id) == "node-b"; }, 60s))
+      << events(id) << agents_[0]->log() << agents_[1]->log();
+  const int moved_at = last_tick(id);
+  ASSERT_TRUE(eventually([&] { return last_tick(id) >= moved_at + 5; }, 20s)) << agents_[1]->log();
+  expect_unbroken(ticks(texts(logs(id))), moved_at + 5);
+  const std::string to = gpu_uuid(id);
+  EXPECT_THAT(to, ::testing::StartsWith("MIG-node-b-0-"));
+  EXPECT_THAT(cuda_actions("node-b", id),
+              ElementsAre(pid + " lock", pid + " checkpoint", pid + " restore " + from + "=" + to, pid + " unlock"));
+  const Json layout = call(*admin_, "GET", "/v1/nodes/node-b", 200)["status"]["gpus"][0]["mig_instances"];
+  ASSERT_EQ(layout.size(), 1u) << layout.dump();
+  EXPECT_EQ(layout[0]["profile"], "3g.40gb");
+  cancel_and_wait(id);
 }
 
 TEST_F(GpuMigrationTest, AGpuJobWithTheVgpuLibraryAttachedSavesItsOwnStateInstead) {
