@@ -132,7 +132,8 @@ std::optional<Drain> DrainSelector::verify(ClusterState& state, const PlacementS
       break;
     }
     const PlannedNode& there = to->nodes.front();
-    tentative.push_back(state.allocate(job, there.node, there.cpu, there.mem, there.uses, false, now_, end));
+    tentative.push_back(state.allocate(job, there.node, there.cpu, there.mem, there.uses,
+                                       jobs_[job].shape.kind == model::SliceKind::kMig, now_, end));
     until[chosen] = std::max(until[chosen], end);
     drain.moves.push_back({job, a, std::move(*to), pause, end});
   }

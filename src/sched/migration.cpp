@@ -133,7 +133,8 @@ std::optional<MoveSet> MoveSelector::verify(ClusterState& state, const Placement
       break;
     }
     const PlannedNode& there = to->nodes.front();
-    tentative.push_back(state.allocate(job, there.node, there.cpu, there.mem, there.uses, false, now_, job_end));
+    tentative.push_back(state.allocate(job, there.node, there.cpu, there.mem, there.uses,
+                                       jobs_[job].shape.kind == model::SliceKind::kMig, now_, job_end));
     set.moves.push_back({job, a, std::move(*to), pause, job_end});
   }
   state.set_offered(node, true);

@@ -131,7 +131,6 @@ class Cycle {
         info.started = job.status.started_at.value_or(now_);
         info.last_checkpoint = std::max(info.started, job.status.last_checkpoint_at.value_or(info.started));
         info.movable = config_.max_migrations_per_cycle > 0 && info.checkpointable && job.status.placement.size() == 1 &&
-                       info.shape.kind != model::SliceKind::kMig &&
                        (config_.migrate_gpu_jobs || info.shape.kind == model::SliceKind::kNone) &&
                        !job.status.migration && !job.status.cancel_requested && !moved_recently(job);
         account_running(j);
@@ -390,7 +389,8 @@ class Cycle {
     }
     place(j, set->plan, end, {}, moved);
     for (Move& move : set->moves) {
-      Applied applied = apply_plan(state_, calendar_, move.to, move.job, false, now_, move.end);
+      Applied applied = apply_plan(state_, calendar_, move.to, move.job, jobs_[move.job].shape.kind == model::SliceKind::kMig,
+                                   now_, move.end);
       job_allocations_[move.job] = {applied.allocations.front(), 1};
       jobs_[move.job].movable = false;  // once per cycle at most
       jobs_[move.job].moved = true;
@@ -531,7 +531,8 @@ class Cycle {
       if (!drain) return;
       for (const Move& move : drain->moves) state_.release(move.from);
       for (Move& move : drain->moves) {
-        Applied applied = apply_plan(state_, calendar_, move.to, move.job, false, now_, move.end);
+        Applied applied = apply_plan(state_, calendar_, move.to, move.job, jobs_[move.job].shape.kind == model::SliceKind::kMig,
+                                   now_, move.end);
         job_allocations_[move.job] = {applied.allocations.front(), 1};
         jobs_[move.job].movable = false;  // once per cycle at most
         jobs_[move.job].moved = true;

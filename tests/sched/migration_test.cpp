@@ -74,6 +74,45 @@ TEST(Migration, JobsHoldingGpusMoveOnlyWhereTheConfigurationSaysGpuMemoryCanMove
   EXPECT_TRUE(run_cycle(split_nodes(), no_gpu_moves).migrations.empty());
 }
 
+TEST(Migration, AJobInAMigInstanceMovesIntoAFreeInstanceOfItsProfileAndNeverMakesOne) {
+  // m (a 3g.40gb instance and 6 of a's 8 cores) is placed on a while b is cordoned.
+  model::Node a = gpu_node("a", "h100", 2, 8000), b = gpu_node("b", "h100", 1, 8000);
+  b.unschedulable = true;
+  Snapshot s = snapshot_of({a, b}, {pending_job("m", "h100:3g.40gb", {.cpu_milli = 6000, .checkpointable = true})});
+  apply_decisions(run_cycle(s, with_moves()), s);
+  ASSERT_EQ(s.jobs[0].status.placement.at(0).node, "a");
+  ASSERT_EQ(s.jobs[0].status.phase, model::JobPhase::kRunning);
+  s.jobs[0].status.started_at = t0() - kHour;
+  // w needs a whole GPU and 4 cores: only a has a whole GPU, and m holds its cores.
+  s.jobs.push_back(pending_job("w", "h100", {.cpu_milli = 4000}));
+  s.nodes[1].unschedulable = false;
+  s.nodes[1].gpus[0].mig_enabled = true;  // b's GPU in MIG mode, without instances
+  CycleResult none = run_cycle(s, with_moves());
+  EXPECT_TRUE(none.migrations.empty()) << "a move never makes a MIG instance on its target";
+
+  const auto& profiles = model::gpu_model(s.nodes[1].gpus[0].model).mig_profiles;
+  int three_g = -1;
+  for (size_t p = 0; p < profiles.size(); ++p) {
+    if (profiles[p].name == "3g.40gb") three_g = static_cast<int>(p);
+  }
+  ASSERT_GE(three_g, 0);
+  s.nodes[1].gpus[0].mig_instances = {{three_g, 4}};  // a free instance of m's profile
+  CycleResult r = run_cycle(s, with_moves());
+  ASSERT_EQ(r.migrations.size(), 1u) << r.reason_for(1);
+  EXPECT_EQ(r.migrations[0].job, 0u);
+  ASSERT_EQ(r.migrations[0].to.size(), 1u);
+  EXPECT_EQ(s.nodes[r.migrations[0].to[0].node].meta.name, "b");
+  ASSERT_EQ(r.migrations[0].to[0].gpus.size(), 1u);
+  EXPECT_EQ(r.migrations[0].to[0].gpus[0].mig_start, 4);
+  const Placement* p = placement_of(r, 1);
+  ASSERT_NE(p, nullptr) << r.reason_for(1);
+  EXPECT_EQ(s.nodes[p->nodes[0].node].meta.name, "a");
+  // Without GPU moves allowed, nothing moves.
+  PolicyConfig no_gpu_moves = with_moves();
+  no_gpu_moves.migrate_gpu_jobs = false;
+  EXPECT_TRUE(run_cycle(s, no_gpu_moves).migrations.empty());
+}
+
 TEST(Migration, AJobBeingCancelledIsNotMoved) {
   Snapshot s = split_nodes();
   s.jobs[0].status.cancel_requested = s.jobs[1].status.cancel_requested = true;
