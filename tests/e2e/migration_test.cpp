@@ -554,13 +554,16 @@ class GpuMigrationTest : public MigrationTest {
   // A GPU job started on node-a moves live to node-b (agents with `flags`): its ticks go on
   // without a gap or a repeat, on a GPU of node-b, its CUDA state suspended on node-a for the dump
   // and restored onto that GPU.
-  void expect_gpu_job_moves_live(const std::vector<std::string>& flags) {
-    add_gpu_agent("node-a", /*vgpu=*/false, flags);
-    std::string id = submit_cuda_counter();
+  // `gpus`: the agents' simulated GPUs; `request`: the job's; `target_prefix`: how the UUID of
+  // what it takes on node-b begins.
+  void expect_gpu_job_moves_live(const std::vector<std::string>& flags, const std::string& gpus = "h100x2",
+                                 const std::string& request = "h100", const std::string& target_prefix = "GPU-node-b-") {
+    add_gpu_agent("node-a", /*vgpu=*/false, flags, gpus);
+    std::string id = submit_cuda_counter(request);
     ASSERT_TRUE(eventually([&] { return last_tick(id) >= 5; }, 20s)) << agents_[0]->log();
     const std::string from_gpu = gpu_uuid(id);
     const std::string pid = ticks(texts(logs(id))).back().pid;
-    add_gpu_agent("node-b", /*vgpu=*/false, flags);
+    add_gpu_agent("node-b", /*vgpu=*/false, flags, gpus);
     EXPECT_EQ(get_job(*admin_, id)["status"]["placement"][0]["node"], "node-a");
     auto [code, said] = cnlab("migrate " + id + " --to node-b");
     ASSERT_EQ(code, 0) << said;
@@ -570,7 +573,7 @@ class GpuMigrationTest : public MigrationTest {
     ASSERT_TRUE(eventually([&] { return last_tick(id) >= moved_at + 5; }, 20s)) << agents_[1]->log();
     expect_unbroken(ticks(texts(logs(id))), moved_at + 5);
     const std::string to_gpu = gpu_uuid(id);
-    EXPECT_THAT(to_gpu, ::testing::StartsWith("GPU-node-b-")) << "bound to a GPU of node-b";
+    EXPECT_THAT(to_gpu, ::testing::StartsWith(target_prefix)) << "bound to a GPU of node-b";
     EXPECT_THAT(cuda_actions("node-b", id), ElementsAre(pid + " lock", pid + " checkpoint",
                                                         pid + " restore " + from_gpu + "=" + to_gpu, pid + " unlock"));
     // The frozen copy on node-a is killed as soon as node-b runs the job, without a stop grace.
@@ -640,30 +643,12 @@ TEST_F(GpuMigrationTest, AGpuJobMigratesPostCopyOntoAGpuOfTheOtherNode) {
 }
 
 TEST_F(GpuMigrationTest, AJobInAMigInstanceMigratesLiveIntoAnInstanceMadeForItOnTheOtherNode) {
-  add_gpu_agent("node-a", /*vgpu=*/false, {}, "h100x1:mig");
-  std::string id = submit_cuda_counter("h100:3g.40gb");
-  ASSERT_TRUE(eventually([&] { return last_tick(id) >= 5; }, 20s)) << agents_[0]->log();
-  const std::string from = gpu_uuid(id);
-  ASSERT_THAT(from, ::testing::StartsWith("MIG-node-a-0-"));
-  const std::string pid = ticks(texts(logs(id))).back().pid;
   // node-b's GPU is in MIG mode with no instance: the move makes a 3g.40gb one, which its agent
   // creates before restoring the job into it.
-  add_gpu_agent("node-b", /*vgpu=*/false, {}, "h100x1:mig");
-  auto [code, said] = cnlab("migrate " + id + " --to node-b");
-  ASSERT_EQ(code, 0) << said;
-  ASSERT_TRUE(eventually([&] { return has_event(id, "Migrated") && placed_on(id) == "node-b"; }, 60s))
-      << events(id) << agents_[0]->log() << agents_[1]->log();
-  const int moved_at = last_tick(id);
-  ASSERT_TRUE(eventually([&] { return last_tick(id) >= moved_at + 5; }, 20s)) << agents_[1]->log();
-  expect_unbroken(ticks(texts(logs(id))), moved_at + 5);
-  const std::string to = gpu_uuid(id);
-  EXPECT_THAT(to, ::testing::StartsWith("MIG-node-b-0-"));
-  EXPECT_THAT(cuda_actions("node-b", id),
-              ElementsAre(pid + " lock", pid + " checkpoint", pid + " restore " + from + "=" + to, pid + " unlock"));
+  expect_gpu_job_moves_live({}, "h100x1:mig", "h100:3g.40gb", "MIG-node-b-0-");
   const Json layout = call(*admin_, "GET", "/v1/nodes/node-b", 200)["status"]["gpus"][0]["mig_instances"];
   ASSERT_EQ(layout.size(), 1u) << layout.dump();
   EXPECT_EQ(layout[0]["profile"], "3g.40gb");
-  cancel_and_wait(id);
 }
 
 TEST_F(GpuMigrationTest, AGpuJobWithTheVgpuLibraryAttachedSavesItsOwnStateInstead) {
