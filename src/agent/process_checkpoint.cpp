@@ -189,9 +189,13 @@ void JobRunner::migrate_out(OutputReader* reader, const model::Migration& move) 
     migrating_out_ = false;
     return give_up("the dump failed: " + taken.error().message);
   }
-  // What it printed before the freeze goes into its log before anything the target prints.
-  std::this_thread::sleep_for(50ms);
-  if (reader) (void)ship_logs(*reader, false);
+  // What it printed before the freeze goes into its log before anything the target prints: shipped
+  // while the dump goes out (the pause counts both), done before the hand-over. The output the
+  // shim had yet to write reaches the reader within the first 50 ms.
+  std::jthread shipping_output([this, reader] {
+    std::this_thread::sleep_for(50ms);
+    if (reader) (void)ship_logs(*reader, false);
+  });
   Json handed_over = {{"frozen_at_ms", frozen_at}};
   // The pages leave the node only through a gate that lets in the target's node certificate alone.
   std::unique_ptr<PageGate> gate;
@@ -224,6 +228,7 @@ void JobRunner::migrate_out(OutputReader* reader, const model::Migration& move) 
                job_id_, move.to, *parts, ms_since(sending, packing), packed->archive_bytes(),
                ms_since(packing, sending_rest), ms_since(sending_rest, std::chrono::steady_clock::now()));
   handed_over["dump_digest"] = packed->digest();
+  shipping_output.join();
   progress.reset();  // the hand-over below is the last word
   Json body = {{"phase", "Running"}, {"migration_handed_over", handed_over}};
   Result<Json> told = Error::of(ErrorCode::kUnavailable, "", "", "not asked");
