@@ -257,6 +257,10 @@ TEST_F(LargeMigrationTest, AJobHoldingMoreThanAGibibyteMigratesWithItsMemoryInta
   expect_unbroken(ticks(lines), 150);
   EXPECT_THAT(lines.front(), HasSubstr("holding " + std::to_string(mib) + " MiB"));
   EXPECT_EQ(lines.back(), "memory ok") << "its memory arrived on node-b as it was on node-a";
+  // The frozen copy on node-a is stopped (post-copy: once its pages are served, or the target's
+  // copy is gone), not left to an agent the test stops.
+  EXPECT_TRUE(eventually([&] { return agents_[0]->log().find("job ended job=\"" + id + "\"") != std::string::npos; }, 60s))
+      << agents_[0]->log();
 }
 
 // The risk post-copy takes: once the job runs on the target, the rest of its memory is only on
