@@ -142,6 +142,7 @@ Result<std::shared_ptr<JobRunner>> JobRunner::adopt(const RunnerContext& context
   auto handle = context.runtime->adopt(dir / "run");
   if (!handle) return handle.error();
   std::shared_ptr<JobRunner> runner(new JobRunner(context, std::move(*job), dir, Mode::kAdopt));
+  runner->confirmed_by_server_ = false;
   runner->handle_ = *handle;
   runner->acked_.seq = state.value("acked_seq", uint64_t{0});
   runner->acked_.offset = state.value("acked_offset", uint64_t{0});
@@ -156,6 +157,7 @@ Result<std::shared_ptr<JobRunner>> JobRunner::adopt(const RunnerContext& context
 void JobRunner::update(const model::Job& job) {
   std::lock_guard lock(mutex_);
   job_ = job;
+  confirmed_by_server_ = true;
 }
 
 void JobRunner::request_stop(StopReason reason) {
@@ -558,11 +560,12 @@ void JobRunner::supervise() {
       std::optional<Time> requested;
       {
         std::lock_guard lock(mutex_);
-        migration = job_.status.migration;
+        const model::JobStatus& status = job_.status;
+        if (confirmed_by_server_) migration = status.migration;
         // A request that a checkpoint since (maybe the one it was restored from) already answers is done.
-        const auto& last = job_.status.last_checkpoint_at;
-        if (job_.status.checkpoint_requested_at && (!last || *job_.status.checkpoint_requested_at > *last)) {
-          requested = job_.status.checkpoint_requested_at;
+        const auto& last = status.last_checkpoint_at;
+        if (confirmed_by_server_ && status.checkpoint_requested_at && (!last || *status.checkpoint_requested_at > *last)) {
+          requested = status.checkpoint_requested_at;
         }
       }
       if (migration && migration->from.empty() && migration->to != context_.node &&

@@ -261,6 +261,10 @@ class JobRunner {
   std::string restored_kind_;     // the kind of checkpoint restore_checkpoint put in place ("" none)
   std::optional<Time> handled_checkpoint_request_;
   std::optional<Time> handled_migration_;      // the requested_at of the latest migration acted on
+  // The job as the server has it now, not only as this node saved it: an adopted runner's copy may
+  // name a migration or checkpoint request the server has since ended (a requeue while the agent
+  // was down), so it acts on neither until the server's list confirms the job here (update()).
+  bool confirmed_by_server_ = true;  // guarded by mutex_
   std::atomic<bool> migrating_out_{false};     // frozen for a migration: stops wait for its outcome
   std::atomic<bool> process_dumped_{false};    // a pre-emption dumped it into dir_/process
   std::atomic<bool> migrated_away_{false};     // the target runs it: nothing to upload here

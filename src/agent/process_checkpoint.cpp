@@ -232,15 +232,31 @@ void JobRunner::migrate_out(OutputReader* reader, const model::Migration& move) 
   progress.reset();  // the hand-over below is the last word
   Json body = {{"phase", "Running"}, {"migration_handed_over", handed_over}};
   Result<Json> told = Error::of(ErrorCode::kUnavailable, "", "", "not asked");
+  bool unanswered_before = false;  // an earlier try's answer was lost: it may have taken effect
   for (int attempt = 0; attempt < 5 && !detached(); ++attempt) {
     told = api_.call("PUT", "/v1/jobs/" + job_id_ + "/status", body.dump());
     if (told || told.error().code != ErrorCode::kUnavailable) break;
+    unanswered_before = true;
     pause(std::chrono::milliseconds(200 << attempt));
+  }
+  if (!told && told.error().code == ErrorCode::kNotFound && !unanswered_before) {
+    // Taken off this node meanwhile (requeued while an agent restarted, or the node was lost): this
+    // frozen copy is stale and must never run again. Killed before CRIU lets go of it.
+    spdlog::warn("job migration dropped job=\"{}\": it is no longer bound here; its frozen copy is stopped", job_id_);
+    (void)handle_->signal(SIGKILL);
+    progress.reset();
+    lazy.reset();
+    (void)safe_remove_tree((dir_ / "process").string());
+    migrated_away_ = true;
+    migrating_out_ = false;
+    request_stop(StopReason::kGone);
+    return;
   }
   // Refused, and not because an earlier try whose answer was lost took effect: it runs on here. Not
   // answered at all: the outcome below decides (the server gives a migration whose hand-over never
   // arrived back to this node after --migration-timeout), so the job never runs twice.
-  if (!told && told.error().code != ErrorCode::kUnavailable && !handed_over_already(packed->digest())) {
+  if (!told && told.error().code != ErrorCode::kUnavailable &&
+      (!unanswered_before || !handed_over_already(packed->digest()))) {
     return abandon("the server did not take the hand-over: " + told.error().message);
   }
   spdlog::info("job frozen for migration job=\"{}\" to=\"{}\" digest=\"{}\" dump_ms={} bytes={} post_copy={}", job_id_,

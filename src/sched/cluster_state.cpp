@@ -294,4 +294,17 @@ uint32_t ClusterState::create_instance(uint32_t gpu, int profile, int start) {
   return part;
 }
 
+void ClusterState::remove_instance(uint32_t partition) {
+  PartitionState& part = partitions_[partition];
+  GpuState& g = gpus_[part.gpu];
+  CNLAB_CHECK(g.mig != kNone && part.mig_start >= 0 && part.empty());
+  ++nodes_[g.node].version;
+  MigGpu& mig = mig_gpus_[g.mig];
+  CNLAB_CHECK(mig.layout.remove(part.mig_start));
+  std::erase(mig.partitions, partition);
+  unindex_partition(partition);
+  part.free_blocks = 0;
+  part.exclusive = true;
+}
+
 }  // namespace cnlab::sched

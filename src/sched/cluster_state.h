@@ -135,6 +135,9 @@ class ClusterState {
   // MIG changes decided during the cycle. enable_mig requires an empty whole GPU.
   void enable_mig(uint32_t gpu);
   uint32_t create_instance(uint32_t gpu, int profile, int start);
+  // Undoes create_instance of an instance nothing holds (a move's target, tried and given up). The
+  // partition's index stays taken but unreachable.
+  void remove_instance(uint32_t partition);
 
   // Free-blocks buckets: partitions offered to block requests, per model, by free blocks.
   const IndexSet& bucket(model::ModelId model, int free_blocks) const { return buckets_[model][free_blocks]; }

@@ -102,7 +102,7 @@ std::optional<Drain> DrainSelector::verify(ClusterState& state, const PlacementS
   const std::vector<Time> until_before = until;
 
   Drain drain{node, {}};
-  std::vector<uint32_t> tentative;
+  std::vector<TentativeHold> tentative;
   bool placed_all = true;
   std::vector<size_t> order(targets.size());
   for (uint32_t a : movers) {
@@ -121,7 +121,7 @@ std::optional<Drain> DrainSelector::verify(ClusterState& state, const PlacementS
     size_t chosen = 0;
     for (size_t t : order) {
       to = search.find_on_node(shape, targets[t], now_, end);
-      if (to && to->nodes.size() == 1 && to->nodes.front().mig_gpu == kNone) {
+      if (to && mover_may_take(*to)) {
         chosen = t;
         break;
       }
@@ -131,9 +131,8 @@ std::optional<Drain> DrainSelector::verify(ClusterState& state, const PlacementS
       placed_all = false;
       break;
     }
-    const PlannedNode& there = to->nodes.front();
-    tentative.push_back(state.allocate(job, there.node, there.cpu, there.mem, there.uses,
-                                       jobs_[job].shape.kind == model::SliceKind::kMig, now_, end));
+    tentative.push_back(hold_tentatively(state, to->nodes.front(), job, jobs_[job].shape.kind == model::SliceKind::kMig,
+                                         now_, end));
     until[chosen] = std::max(until[chosen], end);
     drain.moves.push_back({job, a, std::move(*to), pause, end});
   }
@@ -162,7 +161,7 @@ std::optional<Drain> DrainSelector::verify(ClusterState& state, const PlacementS
     };
     worth_it = keeps(blocks_free, blocks_total) && keeps(cpu_free, cpu_total) && keeps(mem_free, mem_total);
   }
-  for (auto it = tentative.rbegin(); it != tentative.rend(); ++it) state.release(*it);
+  for (auto it = tentative.rbegin(); it != tentative.rend(); ++it) undo_hold(state, *it);
   if (!worth_it) return std::nullopt;
   return drain;
 }

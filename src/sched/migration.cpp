@@ -117,9 +117,9 @@ std::optional<MoveSet> MoveSelector::verify(ClusterState& state, const Placement
   // Hold the job's place, withhold its node, and find every mover a place elsewhere; all of it is
   // undone before returning: the caller applies the set.
   const PlannedNode& here = plan->nodes.front();
-  std::vector<uint32_t> tentative;
-  tentative.push_back(state.allocate(state.allocation(needed.front()).job, node, here.cpu, here.mem, here.uses, false,
-                                     now_, end));
+  std::vector<TentativeHold> tentative;
+  tentative.push_back({state.allocate(state.allocation(needed.front()).job, node, here.cpu, here.mem, here.uses, false,
+                                      now_, end)});
   state.set_offered(node, false);
   MoveSet set{node, std::move(*plan), {}};
   bool placed_all = true;
@@ -128,17 +128,16 @@ std::optional<MoveSet> MoveSelector::verify(ClusterState& state, const Placement
     const auto pause = config_.migration_pause(jobs_[job].shape.memory_mib);
     const Time job_end = end_after_pause(state.allocation(a).end, pause);
     auto to = search.find(jobs_[job].shape, now_, job_end);
-    if (!to || to->nodes.size() != 1 || to->nodes.front().mig_gpu != kNone) {
+    if (!to || !mover_may_take(*to)) {
       placed_all = false;
       break;
     }
-    const PlannedNode& there = to->nodes.front();
-    tentative.push_back(state.allocate(job, there.node, there.cpu, there.mem, there.uses,
-                                       jobs_[job].shape.kind == model::SliceKind::kMig, now_, job_end));
+    tentative.push_back(hold_tentatively(state, to->nodes.front(), job, jobs_[job].shape.kind == model::SliceKind::kMig,
+                                         now_, job_end));
     set.moves.push_back({job, a, std::move(*to), pause, job_end});
   }
   state.set_offered(node, true);
-  for (auto it = tentative.rbegin(); it != tentative.rend(); ++it) state.release(*it);
+  for (auto it = tentative.rbegin(); it != tentative.rend(); ++it) undo_hold(state, *it);
   for (uint32_t a : needed) state.restore(a);
   if (!placed_all) return std::nullopt;
   return set;

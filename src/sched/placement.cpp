@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 
+#include "common/check.h"
+
 namespace cnlab::sched {
 
 struct PlacementSearch::Best {
@@ -352,6 +354,28 @@ Applied apply_plan(ClusterState& state, Calendar& calendar, const Plan& plan, Jo
     applied.grants.push_back(std::move(grant));
   }
   return applied;
+}
+
+bool mover_may_take(const Plan& plan) {
+  return plan.nodes.size() == 1 && !plan.nodes.front().enable_mig;
+}
+
+TentativeHold hold_tentatively(ClusterState& state, const PlannedNode& planned, JobIndex job, bool exclusive_mig,
+                               Time now, Time end) {
+  CNLAB_CHECK(!planned.enable_mig);
+  TentativeHold hold;
+  std::vector<PartUse> uses = planned.uses;
+  if (planned.mig_gpu != kNone) {
+    hold.instance = state.create_instance(planned.mig_gpu, planned.create_profile, planned.create_start);
+    uses.push_back({hold.instance, state.partition(hold.instance).total_blocks, state.partition(hold.instance).total_mem});
+  }
+  hold.allocation = state.allocate(job, planned.node, planned.cpu, planned.mem, uses, exclusive_mig, now, end);
+  return hold;
+}
+
+void undo_hold(ClusterState& state, const TentativeHold& hold) {
+  state.release(hold.allocation);
+  if (hold.instance != kNone) state.remove_instance(hold.instance);
 }
 
 }  // namespace cnlab::sched

@@ -86,4 +86,20 @@ struct Applied {
 Applied apply_plan(ClusterState& state, Calendar& calendar, const Plan& plan, JobIndex job, bool exclusive_mig,
                    Time now, Time end);
 
+// Running jobs move (sched/migration.h, sched/drain.h) onto one node, into a MIG instance only on a
+// GPU already in MIG mode: an existing free one, or one made in free slots, as `cnlab migrate`
+// chooses. Turning a GPU's mode would need it idle and its agent to repartition before the restore.
+bool mover_may_take(const Plan& plan);
+
+// A mover's place held while the next mover's is sought, undone once the whole set is known: its
+// allocation, and the MIG instance made for it, if any (so that two movers never plan the same
+// free slots).
+struct TentativeHold {
+  uint32_t allocation = kNone;
+  uint32_t instance = kNone;
+};
+TentativeHold hold_tentatively(ClusterState& state, const PlannedNode& planned, JobIndex job, bool exclusive_mig,
+                               Time now, Time end);
+void undo_hold(ClusterState& state, const TentativeHold& hold);
+
 }  // namespace cnlab::sched

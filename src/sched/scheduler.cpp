@@ -395,6 +395,7 @@ class Cycle {
       jobs_[move.job].movable = false;  // once per cycle at most
       jobs_[move.job].moved = true;
       result_.migrations.push_back({move.job, std::move(applied.grants), j, move.pause});
+      for (auto& r : applied.repartitions) result_.repartitions.push_back(std::move(r));
     }
     forget_failures();  // the moves left holes that other shapes may fit
     return true;
@@ -537,6 +538,7 @@ class Cycle {
         jobs_[move.job].movable = false;  // once per cycle at most
         jobs_[move.job].moved = true;
         result_.migrations.push_back({move.job, std::move(applied.grants), move.job, move.pause, MoveReason::kDrain});
+        for (auto& r : applied.repartitions) result_.repartitions.push_back(std::move(r));
       }
       budget.moves -= static_cast<int>(drain->moves.size());
       skip[drain->node] = 1;

@@ -342,6 +342,8 @@ size_t SchedulerLoop::commit(const sched::CycleResult& result) {
   for (const auto& [j, job] : after) {
     for (const auto& b : snapshot_.jobs[j].status.placement) job_nodes[j].push_back(index_of(b.node));
     for (const auto& b : job.status.placement) job_nodes[j].push_back(index_of(b.node));
+    // A move's target too: a MIG instance made there for it is written with the move, never apart.
+    if (job.status.migration) job_nodes[j].push_back(index_of(job.status.migration->to));
   }
   Groups groups{std::vector<size_t>(node_names.size())};
   std::iota(groups.parent.begin(), groups.parent.end(), 0);

@@ -1,4 +1,7 @@
 // Migration for room: the cycle moves running jobs live so that a waiting job can start.
+#include <set>
+#include <string_view>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -74,7 +77,15 @@ TEST(Migration, JobsHoldingGpusMoveOnlyWhereTheConfigurationSaysGpuMemoryCanMove
   EXPECT_TRUE(run_cycle(split_nodes(), no_gpu_moves).migrations.empty());
 }
 
-TEST(Migration, AJobInAMigInstanceMovesIntoAFreeInstanceOfItsProfileAndNeverMakesOne) {
+int mig_profile(const model::Node& node, std::string_view name) {
+  const auto& profiles = model::gpu_model(node.gpus.at(0).model).mig_profiles;
+  for (size_t p = 0; p < profiles.size(); ++p) {
+    if (profiles[p].name == name) return static_cast<int>(p);
+  }
+  return -1;
+}
+
+TEST(Migration, AJobInAMigInstanceMovesIntoAnInstanceOfItsProfileButNeverTurnsAGpuToMig) {
   // m (a 3g.40gb instance and 6 of a's 8 cores) is placed on a while b is cordoned.
   model::Node a = gpu_node("a", "h100", 2, 8000), b = gpu_node("b", "h100", 1, 8000);
   b.unschedulable = true;
@@ -86,31 +97,82 @@ TEST(Migration, AJobInAMigInstanceMovesIntoAFreeInstanceOfItsProfileAndNeverMake
   // w needs a whole GPU and 4 cores: only a has a whole GPU, and m holds its cores.
   s.jobs.push_back(pending_job("w", "h100", {.cpu_milli = 4000}));
   s.nodes[1].unschedulable = false;
-  s.nodes[1].gpus[0].mig_enabled = true;  // b's GPU in MIG mode, without instances
-  CycleResult none = run_cycle(s, with_moves());
-  EXPECT_TRUE(none.migrations.empty()) << "a move never makes a MIG instance on its target";
+  CycleResult whole = run_cycle(s, with_moves());
+  EXPECT_TRUE(whole.migrations.empty()) << "a move never turns its target's GPU to MIG mode";
 
-  const auto& profiles = model::gpu_model(s.nodes[1].gpus[0].model).mig_profiles;
-  int three_g = -1;
-  for (size_t p = 0; p < profiles.size(); ++p) {
-    if (profiles[p].name == "3g.40gb") three_g = static_cast<int>(p);
-  }
+  auto expect_moved_to_b = [&](const CycleResult& r, int start) {
+    ASSERT_EQ(r.migrations.size(), 1u) << r.reason_for(1);
+    EXPECT_EQ(r.migrations[0].job, 0u);
+    ASSERT_EQ(r.migrations[0].to.size(), 1u);
+    EXPECT_EQ(s.nodes[r.migrations[0].to[0].node].meta.name, "b");
+    ASSERT_EQ(r.migrations[0].to[0].gpus.size(), 1u);
+    EXPECT_EQ(r.migrations[0].to[0].gpus[0].mig_start, start);
+    const Placement* p = placement_of(r, 1);
+    ASSERT_NE(p, nullptr) << r.reason_for(1);
+    EXPECT_EQ(s.nodes[p->nodes[0].node].meta.name, "a");
+  };
+  const int three_g = mig_profile(s.nodes[1], "3g.40gb");
   ASSERT_GE(three_g, 0);
-  s.nodes[1].gpus[0].mig_instances = {{three_g, 4}};  // a free instance of m's profile
-  CycleResult r = run_cycle(s, with_moves());
-  ASSERT_EQ(r.migrations.size(), 1u) << r.reason_for(1);
-  EXPECT_EQ(r.migrations[0].job, 0u);
-  ASSERT_EQ(r.migrations[0].to.size(), 1u);
-  EXPECT_EQ(s.nodes[r.migrations[0].to[0].node].meta.name, "b");
-  ASSERT_EQ(r.migrations[0].to[0].gpus.size(), 1u);
-  EXPECT_EQ(r.migrations[0].to[0].gpus[0].mig_start, 4);
-  const Placement* p = placement_of(r, 1);
-  ASSERT_NE(p, nullptr) << r.reason_for(1);
-  EXPECT_EQ(s.nodes[p->nodes[0].node].meta.name, "a");
+  // b's GPU in MIG mode with a free instance of m's profile: m moves into it, and nothing is made.
+  s.nodes[1].gpus[0].mig_enabled = true;
+  s.nodes[1].gpus[0].mig_instances = {{three_g, 4}};
+  CycleResult into_free = run_cycle(s, with_moves());
+  expect_moved_to_b(into_free, 4);
+  EXPECT_TRUE(into_free.repartitions.empty());
+
+  // Without one, an instance of its profile is made in b's free slots for it, and b's new layout
+  // is part of the decision.
+  s.nodes[1].gpus[0].mig_instances.clear();
+  CycleResult made = run_cycle(s, with_moves());
+  expect_moved_to_b(made, 0);
+  ASSERT_EQ(made.repartitions.size(), 1u);
+  EXPECT_EQ(s.nodes[made.repartitions[0].node].meta.name, "b");
+  EXPECT_EQ(made.repartitions[0].gpu, 0);
+  EXPECT_EQ(made.repartitions[0].instances, (std::vector<model::MigInstance>{{three_g, 0}}));
   // Without GPU moves allowed, nothing moves.
   PolicyConfig no_gpu_moves = with_moves();
   no_gpu_moves.migrate_gpu_jobs = false;
   EXPECT_TRUE(run_cycle(s, no_gpu_moves).migrations.empty());
+
+  apply_decisions(made, s);
+  EXPECT_EQ(capacity_violation(s), "");
+  EXPECT_EQ(s.nodes[1].gpus[0].mig_instances, (std::vector<model::MigInstance>{{three_g, 0}}));
+}
+
+TEST(Migration, TwoJobsMovingIntoInstancesMadeOnOneGpuGetSlotsOfTheirOwn) {
+  // m1 and m2 (3g.40gb each, 3 of a's 8 cores each) fill a's first GPU in MIG mode; w needs a's
+  // whole second GPU and 7 cores, so both must move, to b's GPU in MIG mode without instances.
+  model::Node a = gpu_node("a", "h100", 2, 8000), b = gpu_node("b", "h100", 1, 8000);
+  b.unschedulable = true;
+  a.gpus[0].mig_enabled = true;
+  Snapshot s = snapshot_of({a, b}, {pending_job("m1", "h100:3g.40gb", {.cpu_milli = 3000, .checkpointable = true}),
+                                    pending_job("m2", "h100:3g.40gb", {.cpu_milli = 3000, .checkpointable = true})});
+  apply_decisions(run_cycle(s, with_moves()), s);
+  for (auto& job : s.jobs) {
+    ASSERT_EQ(job.status.phase, model::JobPhase::kRunning) << job.meta.name;
+    ASSERT_EQ(job.status.placement.at(0).node, "a");
+    job.status.started_at = t0() - kHour;
+  }
+  s.jobs.push_back(pending_job("w", "h100", {.cpu_milli = 7000}));
+  s.nodes[1].unschedulable = false;
+  s.nodes[1].gpus[0].mig_enabled = true;
+
+  CycleResult r = run_cycle(s, with_moves());
+  ASSERT_EQ(r.migrations.size(), 2u) << r.reason_for(2);
+  ASSERT_NE(placement_of(r, 2), nullptr) << r.reason_for(2);
+  std::set<int> starts;
+  for (const Migration& m : r.migrations) {
+    ASSERT_EQ(m.to.size(), 1u);
+    EXPECT_EQ(s.nodes[m.to[0].node].meta.name, "b");
+    ASSERT_EQ(m.to[0].gpus.size(), 1u);
+    starts.insert(m.to[0].gpus[0].mig_start);
+  }
+  EXPECT_EQ(starts, (std::set<int>{0, 4})) << "each mover has an instance of its own";
+  ASSERT_FALSE(r.repartitions.empty());
+  EXPECT_EQ(r.repartitions.back().instances.size(), 2u) << "the last layout written holds both";
+  apply_decisions(r, s);
+  EXPECT_EQ(capacity_violation(s), "");
+  EXPECT_EQ(s.nodes[1].gpus[0].mig_instances.size(), 2u);
 }
 
 TEST(Migration, AJobBeingCancelledIsNotMoved) {

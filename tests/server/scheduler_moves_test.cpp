@@ -145,6 +145,40 @@ TEST_F(SchedulerMovesTest, BetweenNodesThatCheckpointGpuStateAJobHoldingAGpuMove
   EXPECT_EQ(move["gpus"][0]["blocks"], 100);
 }
 
+TEST_F(SchedulerMovesTest, AJobInAMigInstanceMovesIntoAnInstanceMadeForItWhoseLayoutIsWrittenWithTheMove) {
+  restart_with_policy(R"({"max_migrations_per_cycle": 4, "migrate_gpu_jobs": true})");
+  agents_["n1"] = add_node("n1", 2, true, /*gpu_checkpoint=*/true);
+  agents_["n2"] = add_node("n2", 1, true, /*gpu_checkpoint=*/true);
+  // m, in a 3g.40gb instance, holds 3 of n1's 4 cores; n2's only GPU is in MIG mode for a
+  // 1g.10gb job, with no 3g.40gb instance.
+  call(*admin_, "POST", "/v1/nodes/n2/cordon", 200);
+  const std::string m = run_job("h100:3g.40gb", 3000, "n1");
+  call(*admin_, "POST", "/v1/nodes/n2/uncordon", 200);
+  call(*admin_, "POST", "/v1/nodes/n1/cordon", 200);
+  run_job("h100:1g.10gb", 500, "n2");
+  call(*admin_, "POST", "/v1/nodes/n1/uncordon", 200);
+  ASSERT_EQ(call(*admin_, "GET", "/v1/nodes/n2", 200)["status"]["gpus"][0]["mig_instances"].size(), 1u);
+
+  // w needs a whole GPU and 2 cores: only n1 has a whole GPU, and m holds its cores.
+  Json body = job_body("default", "h100");
+  body["spec"]["cpu_milli"] = 2000;
+  const std::string w = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
+  ASSERT_TRUE(wait_for_phase(*admin_, w, "Scheduled")) << server_log();
+  EXPECT_EQ(get_job(*admin_, w)["status"]["placement"][0]["node"], "n1");
+  const Json move = get_job(*admin_, m)["status"]["migration"];
+  EXPECT_EQ(move["to"], "n2") << move.dump();
+  ASSERT_EQ(move["gpus"].size(), 1u) << move.dump();
+  ASSERT_TRUE(move["gpus"][0].contains("mig_start")) << move.dump();
+  const int start = move["gpus"][0]["mig_start"];
+  // n2's record names the instance the move goes into, beside the 1g.10gb: its agent creates it
+  // before the restore.
+  const Json layout = call(*admin_, "GET", "/v1/nodes/n2", 200)["status"]["gpus"][0]["mig_instances"];
+  ASSERT_EQ(layout.size(), 2u) << layout.dump();
+  bool made = false;
+  for (const auto& instance : layout) made |= instance["profile"] == "3g.40gb" && instance["start"] == start;
+  EXPECT_TRUE(made) << layout.dump() << " start " << start;
+}
+
 TEST_F(SchedulerMovesTest, ANodeWhoseAgentTakesNoMigrationsIsNoTarget) {
   agents_["n1"] = add_node("n1", 1, /*takes_migrations=*/false);
   agents_["n2"] = add_node("n2", 1, /*takes_migrations=*/false);

@@ -856,8 +856,10 @@ bool JobHandle::frozen() const {
   const JobRecord& record = *record_;
   // Without a PID namespace the job's own first process could have been stopped by the job.
   if (record.job_pid <= 0 || !record.namespaces) return false;
+  // Stopped ('T': a dump left it stopped), or still held by a CRIU that outlived the agent which ran
+  // it ('t', tracing stop: a post-copy dump serving pages, or one about to leave it stopped).
   auto stat = jobfiles::read_proc_stat(record.job_pid);
-  return stat && stat->state == 'T';
+  return stat && (stat->state == 'T' || stat->state == 't');
 }
 
 Result<int> rewrite_checkpoint_paths(const fs::path& images, const fs::path& from, const fs::path& to) {
