@@ -232,6 +232,11 @@ bool JobRunner::settle_adopted_freeze() {
   return true;
 }
 
+bool JobRunner::stale_copy() const {
+  std::lock_guard lock(mutex_);
+  return !confirmed_by_server_;
+}
+
 bool JobRunner::leaving() const {
   std::lock_guard lock(mutex_);
   return (stop_reason_ == StopReason::kGone && !migrating_out_) || requeued_;
@@ -528,13 +533,17 @@ void JobRunner::supervise() {
       reason = stop_reason_;
     }
     if (reason != StopReason::kNone && !stop_sent_.exchange(true)) {
-      // A copy adopted frozen may be running elsewhere already: it is stopped, never dumped.
-      bool checkpoint = reason == StopReason::kGone && checkpointable() && !migrated_away_ && !frozen_at_adopt_;
+      // A copy adopted frozen, or adopted and taken off the node while no agent watched (the server
+      // never confirmed it since), may be running elsewhere already: it is stopped, never dumped
+      // (its checkpoint would be older than the job it claims to be).
+      const bool stale = stale_copy();
+      bool checkpoint =
+          reason == StopReason::kGone && checkpointable() && !migrated_away_ && !frozen_at_adopt_ && !stale;
       std::string refusal = checkpoint ? transparent_refusal() : "";
       // A frozen copy (moved away, or found frozen after a restart) is killed at once, without
       // SIGTERM's grace: stopped, it could not act on it, and a copy whose job runs elsewhere must
       // never run again.
-      const bool at_once = migrated_away_ || frozen_at_adopt_;
+      const bool at_once = migrated_away_ || frozen_at_adopt_ || stale;
       spdlog::info("job stopping job=\"{}\" reason={} checkpoint={} transparent={} at_once={}", job_id_,
                    reason == StopReason::kCancelled ? "cancelled" : "gone", checkpoint, checkpoint && refusal.empty(),
                    at_once);
@@ -923,7 +932,7 @@ void JobRunner::finish(const JobStatus& status) {
   if (!context_.checkpoints_dir.empty()) {
     const bool process = process_dumped_ && fs::is_directory(dir_ / "process", ec);
     const fs::path saved = process ? dir_ / "process" : dir_ / "checkpoint";
-    if (reason == StopReason::kGone && checkpointable() && !migrated_away_ && !fs::is_empty(saved, ec)) {
+    if (reason == StopReason::kGone && checkpointable() && !migrated_away_ && !stale_copy() && !fs::is_empty(saved, ec)) {
       // Uploaded first, so that the job can resume on any node; kept here too, for a start here.
       std::string taken_at = now_text();
       const std::string kind = process ? "process" : "files";

@@ -265,6 +265,8 @@ class JobRunner {
   // name a migration or checkpoint request the server has since ended (a requeue while the agent
   // was down), so it acts on neither until the server's list confirms the job here (update()).
   bool confirmed_by_server_ = true;  // guarded by mutex_
+  // Adopted and not (yet) confirmed: taken off the node while no agent watched, if it stops now.
+  bool stale_copy() const;
   std::atomic<bool> migrating_out_{false};     // frozen for a migration: stops wait for its outcome
   std::atomic<bool> process_dumped_{false};    // a pre-emption dumped it into dir_/process
   std::atomic<bool> migrated_away_{false};     // the target runs it: nothing to upload here

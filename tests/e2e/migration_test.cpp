@@ -9,6 +9,7 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -59,6 +60,12 @@ std::vector<Tick> ticks(const std::vector<std::string>& lines) {
 }
 
 // Every tick once, in order, from 0; the same process and child throughout, alive.
+size_t count_of(const std::string& text, const std::string& part) {
+  size_t n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + part.size())) ++n;
+  return n;
+}
+
 void expect_unbroken(const std::vector<Tick>& seen, int at_least) {
   std::string numbers;
   for (const auto& t : seen) numbers += std::to_string(t.n) + " ";
@@ -159,13 +166,36 @@ class MigrationTest : public AgentCluster {
   }
   // What a dead node's job would be: gone. Its processes are the ones whose environment names
   // it (a restored process keeps its environment), so tests running beside this one keep theirs.
-  static void kill_job_processes(const std::string& id) {
-    const std::string marker = "CNLAB_JOB_ID=" + id;
+  static void kill_job_processes(const std::string& id) { signal_job_processes(id, "", SIGKILL); }
+  // Sends `sig` to the job's processes whose environment also holds `also` (a node's data
+  // directory, to tell its copy from another node's), and to its shims there (the namespace's init
+  // among them, whose environment is not the job's).
+  static void signal_job_processes(const std::string& id, const std::string& also, int sig) {
+    const std::string marker = "CNLAB_JOB_ID=" + id + '\0';
+    const std::string shim_dir = also + "/jobs/" + id + "/";
     std::error_code ec;
     for (auto it = fs::directory_iterator("/proc", ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
       const std::string pid = it->path().filename();
       if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
-      if (read_proc_file(it->path() / "environ").find(marker + '\0') != std::string::npos) ::kill(std::stoi(pid), SIGKILL);
+      const std::string environ = read_proc_file(it->path() / "environ");
+      const std::string cmdline = read_proc_file(it->path() / "cmdline");
+      const bool job = environ.find(marker) != std::string::npos && environ.find(also) != std::string::npos;
+      const bool shim = !also.empty() && cmdline.find("cnlab-shim") != std::string::npos &&
+                        cmdline.find(shim_dir) != std::string::npos;
+      if (job || shim) ::kill(std::stoi(pid), sig);
+    }
+  }
+  // Kills every CRIU whose command line names `path`.
+  static void kill_criu_under(const std::string& path) {
+    std::error_code ec;
+    for (auto it = fs::directory_iterator("/proc", ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+      const std::string pid = it->path().filename();
+      if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::string cmdline = read_proc_file(it->path() / "cmdline");
+      std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+      if (cmdline.find("criu ") != std::string::npos && cmdline.find(path) != std::string::npos) {
+        ::kill(std::stoi(pid), SIGKILL);
+      }
     }
   }
 };
@@ -299,12 +329,21 @@ TEST_F(LargeMigrationTest, APostCopyJobWhoseSourceDiesMidPullIsRequeuedSayingIts
   ASSERT_TRUE(eventually([&] { return get_job(*admin_, id)["status"]["phase"] == "Running"; }, 60s))
       << events(id) << agents_[1]->log();
   EXPECT_EQ(placed_on(id), "node-b");
-  // The source's agent that comes back finds its copy (still frozen, or let go by a CRIU whose page
-  // server lost the target) and the job runs elsewhere: it stops the copy.
+  // The source's copy, let go by its CRIU (which the dead agent's page gate no longer reaches; it
+  // is made sure of here) runs on. Its agent, coming back, finds it running with the migration
+  // it had saved, which the requeue ended: it stops the copy at once, without dumping it, and
+  // never moves it again (it once sent it to node-b a second time and waited 30 minutes for a pull
+  // that never came).
+  const std::string source_dir = agents_[0]->data_dir();
+  kill_criu_under(source_dir);
+  signal_job_processes(id, source_dir, SIGCONT);
   agents_[0]->start();
   EXPECT_TRUE(eventually([&] { return agents_[0]->log().find("job ended job=\"" + id + "\"") != std::string::npos; },
                          20s))
       << agents_[0]->log();
+  const std::string source_log = agents_[0]->log();
+  EXPECT_EQ(count_of(source_log, "migration dump sent"), 1u) << source_log;
+  EXPECT_EQ(count_of(source_log, "job checkpointed job="), 0u) << "a stale copy is never dumped: " << source_log;
   EXPECT_EQ(get_job(*admin_, id)["status"]["phase"], "Running");
   cancel_and_wait(id);
 }
