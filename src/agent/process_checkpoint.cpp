@@ -268,8 +268,20 @@ void JobRunner::migrate_out(OutputReader* reader, const model::Migration& move) 
     if (!job && job.error().code == ErrorCode::kNotFound) {
       spdlog::info("job migrated away job=\"{}\"", job_id_);
       if (lazy) {
-        // The target runs it and pulls the rest of its memory: serve until it has every page.
-        if (auto served = lazy->wait_served(kPagesServedWait); served) {
+        // The target runs it and pulls the rest of its memory: serve until it has every page, or,
+        // once the agent is asked to stop, for its stop grace more (the pages leave through this
+        // process's gate, which goes with it). This copy never runs again: it is killed before
+        // CRIU lets go of it.
+        std::optional<std::chrono::steady_clock::time_point> stopping_since;
+        auto give_up = [&] {
+          if (!detached()) return false;
+          const auto now = std::chrono::steady_clock::now();
+          if (!stopping_since) stopping_since = now;
+          if (now - *stopping_since < context_.stop_grace) return false;
+          (void)handle_->signal(SIGKILL);
+          return true;
+        };
+        if (auto served = lazy->wait_served(kPagesServedWait, give_up); served) {
           spdlog::info("job pages served job=\"{}\"", job_id_);
         } else {
           spdlog::error("job pages not all served job=\"{}\" error=\"{}\"", job_id_, served.error().to_string());

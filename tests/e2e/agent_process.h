@@ -6,7 +6,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <gtest/gtest.h>
+
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "server_process.h"
@@ -54,11 +58,21 @@ class AgentProcess {
   }
 
   // SIGTERM: a clean stop (jobs keep running); SIGKILL: the agent dies (jobs keep running too).
+  // An agent that has not stopped within a minute fails the test and is killed, so that a stop
+  // which hangs fails instead of holding the test run.
   void stop(int signal) {
     if (pid_ <= 0) return;
     ::kill(pid_, signal);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+    while (::waitpid(pid_, nullptr, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        ADD_FAILURE() << "agent " << options_.name << " did not stop within a minute of signal " << signal;
+        ::kill(pid_, SIGKILL);
+        ::waitpid(pid_, nullptr, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     pid_ = -1;
   }
 

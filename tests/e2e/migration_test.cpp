@@ -185,8 +185,24 @@ class MigrationTest : public AgentCluster {
       if (job || shim) ::kill(std::stoi(pid), sig);
     }
   }
+  // How many processes of the job's copy under `dir` (a node's data directory) are alive.
+  static int job_processes_under(const std::string& id, const std::string& dir) {
+    const std::string marker = "CNLAB_JOB_ID=" + id + '\0';
+    int n = 0;
+    std::error_code ec;
+    for (auto it = fs::directory_iterator("/proc", ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+      const std::string pid = it->path().filename();
+      if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+      const std::string environ = read_proc_file(it->path() / "environ");
+      const std::string stat = read_proc_file(it->path() / "stat");
+      const bool zombie = stat.find(") Z ") != std::string::npos;
+      if (!zombie && environ.find(marker) != std::string::npos && environ.find(dir) != std::string::npos) ++n;
+    }
+    return n;
+  }
   // Kills every CRIU whose command line names `path`.
-  static void kill_criu_under(const std::string& path) {
+  static void kill_criu_under(const std::string& path) { signal_criu_under(path, SIGKILL); }
+  static void signal_criu_under(const std::string& path, int sig) {
     std::error_code ec;
     for (auto it = fs::directory_iterator("/proc", ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
       const std::string pid = it->path().filename();
@@ -194,7 +210,7 @@ class MigrationTest : public AgentCluster {
       std::string cmdline = read_proc_file(it->path() / "cmdline");
       std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
       if (cmdline.find("criu ") != std::string::npos && cmdline.find(path) != std::string::npos) {
-        ::kill(std::stoi(pid), SIGKILL);
+        ::kill(std::stoi(pid), sig);
       }
     }
   }
@@ -345,6 +361,44 @@ TEST_F(LargeMigrationTest, APostCopyJobWhoseSourceDiesMidPullIsRequeuedSayingIts
   EXPECT_EQ(count_of(source_log, "migration dump sent"), 1u) << source_log;
   EXPECT_EQ(count_of(source_log, "job checkpointed job="), 0u) << "a stale copy is never dumped: " << source_log;
   EXPECT_EQ(get_job(*admin_, id)["status"]["phase"], "Running");
+  cancel_and_wait(id);
+}
+
+// A source agent asked to stop while the target still pulls pages serves them for its stop grace
+// more, not for the 30 minutes a pull may take: the pages leave through its own gate, which goes
+// with it. Its frozen copy is killed before CRIU lets go of it, so it never runs again.
+TEST_F(LargeMigrationTest, ASourceAgentStoppedWhileItServesPagesStopsWithinItsGraceAndItsCopyNeverRuns) {
+  const std::vector<std::string> flags = {"--post-copy", "--address", "127.0.0.1"};
+  add_agent("node-a", "h100", flags);
+  Json body = job_body("default", "none", {"python3", "-u", "-c", kMemoryHolder, "512", "600"});
+  body["spec"]["memory_mib"] = 512 + 512;
+  body["spec"]["cpu_milli"] = 1000;
+  body["spec"]["checkpointable"] = true;
+  std::string id = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
+  ASSERT_TRUE(eventually([&] { return last_tick(id) >= 5; }, 120s)) << agents_[0]->log();
+  add_agent("node-b", "h100", flags);
+  call(*admin_, "POST", "/v1/jobs/" + id + "/migrate", 202, {{"to", "node-b"}});
+  // The target's pulling is held once its restore is done: the source serves on.
+  ASSERT_TRUE(eventually([&] { return agents_[1]->log().find(" restore_ms=") != std::string::npos; }, 60s))
+      << events(id) << agents_[1]->log();
+  const std::string target_dir = agents_[1]->data_dir();
+  signal_criu_under(target_dir, SIGSTOP);
+  ASSERT_TRUE(eventually([&] { return agents_[0]->log().find("job migrated away") != std::string::npos; }, 60s))
+      << agents_[0]->log();
+
+  const auto asked = std::chrono::steady_clock::now();
+  agents_[0]->stop(SIGTERM);
+  const auto took = std::chrono::steady_clock::now() - asked;
+  EXPECT_LT(took, 20s) << "the stop grace is 1 s; " << agents_[0]->log();
+  EXPECT_THAT(agents_[0]->log(), HasSubstr("serving its pages was given up"));
+  // Nothing of the source's copy is left running.
+  const std::string source_dir = agents_[0]->data_dir();
+  EXPECT_TRUE(eventually([&] { return job_processes_under(id, source_dir) == 0; }, 10s));
+
+  // The target's pull, let go, finds the source gone: the job goes back to the queue.
+  signal_criu_under(target_dir, SIGCONT);
+  EXPECT_TRUE(eventually([&] { return events(id).find("its memory did not all arrive") != std::string::npos; }, 60s))
+      << events(id) << agents_[1]->log();
   cancel_and_wait(id);
 }
 

@@ -237,11 +237,12 @@ Result<pid_t> spawn(const std::vector<std::string>& args, int status_fd) {
   return pid;
 }
 
-RunResult wait(pid_t pid, steady_clock::time_point started, milliseconds timeout) {
+RunResult wait(pid_t pid, steady_clock::time_point started, milliseconds timeout,
+               const std::function<bool()>& give_up) {
   RunResult result;
   int status = 0;
   bool exited = false;
-  while (steady_clock::now() - started < timeout) {
+  while (steady_clock::now() - started < timeout && !(give_up && give_up())) {
     const pid_t got = ::waitpid(pid, &status, WNOHANG);
     if (got == pid || (got < 0 && errno == ECHILD)) {
       exited = got == pid;

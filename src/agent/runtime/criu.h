@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -63,9 +64,11 @@ struct RunResult {
 // to `timeout`, after which it is killed with SIGKILL.
 Result<RunResult> run(const std::vector<std::string>& argv, std::chrono::milliseconds timeout);
 // The same in two steps: start it (with `status_fd`, when not -1, as its descriptor 3), and wait
-// for it up to `timeout` from `started` (then SIGKILL).
+// for it up to `timeout` from `started` (then SIGKILL), or until `give_up` says so (asked every few
+// milliseconds; then SIGKILL too).
 Result<pid_t> spawn(const std::vector<std::string>& argv, int status_fd = -1);
-RunResult wait(pid_t pid, std::chrono::steady_clock::time_point started, std::chrono::milliseconds timeout);
+RunResult wait(pid_t pid, std::chrono::steady_clock::time_point started, std::chrono::milliseconds timeout,
+               const std::function<bool()>& give_up = {});
 
 // `criu check`: ok when CRIU can checkpoint on this machine; otherwise why not.
 Status check(const std::string& criu, std::chrono::milliseconds timeout);

@@ -737,10 +737,15 @@ Result<std::unique_ptr<JobHandle::LazyDump>> JobHandle::checkpoint_lazy(const fs
   return std::make_unique<LazyDump>(*pid, record.job_id, log, taken, pages);
 }
 
-Status JobHandle::LazyDump::wait_served(milliseconds timeout) {
+Status JobHandle::LazyDump::wait_served(milliseconds timeout, const std::function<bool()>& give_up) {
   if (criu_ <= 0) return Error::failed_precondition("job " + job_id_ + ": the post-copy dump was stopped");
-  criu::RunResult ran = criu::wait(criu_, std::chrono::steady_clock::now(), timeout);
+  bool gave_up = false;
+  criu::RunResult ran = criu::wait(criu_, std::chrono::steady_clock::now(), timeout,
+                                   give_up ? std::function<bool()>([&] { return gave_up = give_up(); }) : nullptr);
   criu_ = 0;
+  if (gave_up) {
+    return Error::of(ErrorCode::kUnavailable, "job", job_id_, "serving its pages was given up before all were pulled");
+  }
   if (ran.timed_out) {
     return Error::of(ErrorCode::kUnavailable, "job", job_id_,
                      fmt::format("its pages were not all pulled within {}ms; the page server was stopped", timeout.count()));

@@ -34,6 +34,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -228,8 +229,9 @@ class JobHandle {
     // Where CRIU serves the memory (ProcessSpec::pages_from, formatted).
     const HostPort& page_server() const { return page_server_; }
     // Waits up to `timeout` for CRIU to have served every page: ok once it did; an error (CRIU's
-    // log) when it failed or was still serving (it is then stopped).
-    Status wait_served(std::chrono::milliseconds timeout);
+    // log) when it failed or was still serving (it is then stopped), or when `give_up` (asked
+    // every few milliseconds) said to stop serving.
+    Status wait_served(std::chrono::milliseconds timeout, const std::function<bool()>& give_up = {});
     // Stops serving (a restore still pulling pages then fails); the job runs on here.
     void cancel();
 
