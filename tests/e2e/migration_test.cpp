@@ -167,51 +167,54 @@ class MigrationTest : public AgentCluster {
   // What a dead node's job would be: gone. Its processes are the ones whose environment names
   // it (a restored process keeps its environment), so tests running beside this one keep theirs.
   static void kill_job_processes(const std::string& id) { signal_job_processes(id, "", SIGKILL); }
-  // Sends `sig` to the job's processes whose environment also holds `also` (a node's data
-  // directory, to tell its copy from another node's), and to its shims there (the namespace's init
-  // among them, whose environment is not the job's).
-  static void signal_job_processes(const std::string& id, const std::string& also, int sig) {
-    const std::string marker = "CNLAB_JOB_ID=" + id + '\0';
-    const std::string shim_dir = also + "/jobs/" + id + "/";
+  // The pids of the live processes (not zombies) for which `match` (given /proc/PID) holds.
+  static std::vector<pid_t> processes_where(const std::function<bool(const fs::path&)>& match) {
+    std::vector<pid_t> found;
     std::error_code ec;
     for (auto it = fs::directory_iterator("/proc", ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
       const std::string pid = it->path().filename();
       if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
-      const std::string environ = read_proc_file(it->path() / "environ");
-      const std::string cmdline = read_proc_file(it->path() / "cmdline");
-      const bool job = environ.find(marker) != std::string::npos && environ.find(also) != std::string::npos;
-      const bool shim = !also.empty() && cmdline.find("cnlab-shim") != std::string::npos &&
-                        cmdline.find(shim_dir) != std::string::npos;
-      if (job || shim) ::kill(std::stoi(pid), sig);
+      if (read_proc_file(it->path() / "stat").find(") Z ") != std::string::npos) continue;
+      if (match(it->path())) found.push_back(std::stoi(pid));
+    }
+    return found;
+  }
+  // Whether the process at `proc` is the job's, in the copy whose environment holds `dir` (a node's
+  // data directory, to tell its copy from another node's; "" for any).
+  static bool job_process(const fs::path& proc, const std::string& id, const std::string& dir) {
+    const std::string environ = read_proc_file(proc / "environ");
+    return environ.find("CNLAB_JOB_ID=" + id + '\0') != std::string::npos && environ.find(dir) != std::string::npos;
+  }
+  static std::string command_line(const fs::path& proc) {
+    std::string cmdline = read_proc_file(proc / "cmdline");
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    return cmdline;
+  }
+  // Sends `sig` to the job's processes in the copy under `dir`, and to its shims there (the
+  // namespace's init among them, whose environment is not the job's).
+  static void signal_job_processes(const std::string& id, const std::string& dir, int sig) {
+    const std::string shim_dir = dir + "/jobs/" + id + "/";
+    for (pid_t pid : processes_where([&](const fs::path& proc) {
+           const std::string cmdline = command_line(proc);
+           const bool shim = !dir.empty() && cmdline.find("cnlab-shim") != std::string::npos &&
+                             cmdline.find(shim_dir) != std::string::npos;
+           return shim || job_process(proc, id, dir);
+         })) {
+      ::kill(pid, sig);
     }
   }
-  // How many processes of the job's copy under `dir` (a node's data directory) are alive.
-  static int job_processes_under(const std::string& id, const std::string& dir) {
-    const std::string marker = "CNLAB_JOB_ID=" + id + '\0';
-    int n = 0;
-    std::error_code ec;
-    for (auto it = fs::directory_iterator("/proc", ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
-      const std::string pid = it->path().filename();
-      if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
-      const std::string environ = read_proc_file(it->path() / "environ");
-      const std::string stat = read_proc_file(it->path() / "stat");
-      const bool zombie = stat.find(") Z ") != std::string::npos;
-      if (!zombie && environ.find(marker) != std::string::npos && environ.find(dir) != std::string::npos) ++n;
-    }
-    return n;
+  // How many processes of the job's copy under `dir` are alive.
+  static size_t job_processes_under(const std::string& id, const std::string& dir) {
+    return processes_where([&](const fs::path& proc) { return job_process(proc, id, dir); }).size();
   }
-  // Kills every CRIU whose command line names `path`.
+  // Signals (kills) every CRIU whose command line names `path`.
   static void kill_criu_under(const std::string& path) { signal_criu_under(path, SIGKILL); }
   static void signal_criu_under(const std::string& path, int sig) {
-    std::error_code ec;
-    for (auto it = fs::directory_iterator("/proc", ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
-      const std::string pid = it->path().filename();
-      if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
-      std::string cmdline = read_proc_file(it->path() / "cmdline");
-      std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
-      if (cmdline.find("criu ") != std::string::npos && cmdline.find(path) != std::string::npos) {
-        ::kill(std::stoi(pid), sig);
-      }
+    for (pid_t pid : processes_where([&](const fs::path& proc) {
+           const std::string cmdline = command_line(proc);
+           return cmdline.find("criu ") != std::string::npos && cmdline.find(path) != std::string::npos;
+         })) {
+      ::kill(pid, sig);
     }
   }
 };
@@ -265,6 +268,26 @@ print('memory', 'ok' if hashlib.sha256(memory).hexdigest() == digest else 'BAD',
 class LargeMigrationTest : public MigrationTest {
  protected:
   std::string migration_timeout() const override { return "5s"; }
+
+  // node-a runs a job holding `mib` MiB and moves it post-copy to node-b (both post-copy agents
+  // started here); returns in `id` once the target's restore is done and its pull has begun.
+  void start_post_copy_move(int mib, std::string* id) {
+    const std::vector<std::string> flags = {"--post-copy", "--address", "127.0.0.1"};
+    add_agent("node-a", "h100", flags);
+    Json body = job_body("default", "none", {"python3", "-u", "-c", kMemoryHolder, std::to_string(mib), "600"});
+    body["spec"]["memory_mib"] = mib + 512;
+    body["spec"]["cpu_milli"] = 1000;
+    body["spec"]["checkpointable"] = true;
+    *id = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
+    ASSERT_TRUE(eventually([&] { return last_tick(*id) >= 5; }, 120s)) << agents_[0]->log();
+    add_agent("node-b", "h100", flags);
+    call(*admin_, "POST", "/v1/jobs/" + *id + "/migrate", 202, {{"to", "node-b"}});
+    // The target's runtime logs the restore done, and the pull begins: 1 GiB takes seconds
+    // (docs/benchmarks/migration.md). (The Migrated event comes later, once the target's agent has
+    // reported the job Running: on a loaded machine most pages could have arrived by then.)
+    ASSERT_TRUE(eventually([&] { return agents_[1]->log().find(" restore_ms=") != std::string::npos; }, 60s))
+        << events(*id) << agents_[1]->log();
+  }
 };
 
 // More memory than the workspace limits (1 GiB of files, 512 MiB of archive) that used to bound a
@@ -314,22 +337,9 @@ TEST_F(LargeMigrationTest, AJobHoldingMoreThanAGibibyteMigratesWithItsMemoryInta
 // crash or spin on the first missing page) and it ends saying why (a rollback to the source's copy
 // is not built: docs/checkpoint.md).
 TEST_F(LargeMigrationTest, APostCopyJobWhoseSourceDiesMidPullIsRequeuedSayingItsMemoryDidNotArrive) {
-  const std::vector<std::string> flags = {"--post-copy", "--address", "127.0.0.1"};
-  add_agent("node-a", "h100", flags);
-  Json body = job_body("default", "none", {"python3", "-u", "-c", kMemoryHolder, "1024", "600"});
-  body["spec"]["memory_mib"] = 1024 + 512;
-  body["spec"]["cpu_milli"] = 1000;
-  body["spec"]["checkpointable"] = true;
-  std::string id = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
-  ASSERT_TRUE(eventually([&] { return last_tick(id) >= 5; }, 120s)) << agents_[0]->log();
-  add_agent("node-b", "h100", flags);
-  call(*admin_, "POST", "/v1/jobs/" + id + "/migrate", 202, {{"to", "node-b"}});
-  // The target's runtime logs the restore done, and the pull begins: 1 GiB takes seconds
-  // (docs/benchmarks/migration.md), and the source dies well before it ends. (The Migrated event
-  // comes later, once the target's agent has reported the job Running: on a loaded machine most
-  // pages could have arrived by then.)
-  ASSERT_TRUE(eventually([&] { return agents_[1]->log().find(" restore_ms=") != std::string::npos; }, 60s))
-      << events(id) << agents_[1]->log();
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(start_post_copy_move(1024, &id));
+  // The source dies well before the pull of 1 GiB ends.
   agents_[0]->stop(SIGKILL);
   call(*admin_, "POST", "/v1/nodes/node-a/cordon", 200);  // so that the requeued job goes to node-b
   // Its memory was lost with the source, not by its fault: it goes back to the queue (as from a
@@ -368,19 +378,9 @@ TEST_F(LargeMigrationTest, APostCopyJobWhoseSourceDiesMidPullIsRequeuedSayingIts
 // more, not for the 30 minutes a pull may take: the pages leave through its own gate, which goes
 // with it. Its frozen copy is killed before CRIU lets go of it, so it never runs again.
 TEST_F(LargeMigrationTest, ASourceAgentStoppedWhileItServesPagesStopsWithinItsGraceAndItsCopyNeverRuns) {
-  const std::vector<std::string> flags = {"--post-copy", "--address", "127.0.0.1"};
-  add_agent("node-a", "h100", flags);
-  Json body = job_body("default", "none", {"python3", "-u", "-c", kMemoryHolder, "512", "600"});
-  body["spec"]["memory_mib"] = 512 + 512;
-  body["spec"]["cpu_milli"] = 1000;
-  body["spec"]["checkpointable"] = true;
-  std::string id = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
-  ASSERT_TRUE(eventually([&] { return last_tick(id) >= 5; }, 120s)) << agents_[0]->log();
-  add_agent("node-b", "h100", flags);
-  call(*admin_, "POST", "/v1/jobs/" + id + "/migrate", 202, {{"to", "node-b"}});
-  // The target's pulling is held once its restore is done: the source serves on.
-  ASSERT_TRUE(eventually([&] { return agents_[1]->log().find(" restore_ms=") != std::string::npos; }, 60s))
-      << events(id) << agents_[1]->log();
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(start_post_copy_move(512, &id));
+  // The target's pulling is held: the source serves on.
   const std::string target_dir = agents_[1]->data_dir();
   signal_criu_under(target_dir, SIGSTOP);
   ASSERT_TRUE(eventually([&] { return agents_[0]->log().find("job migrated away") != std::string::npos; }, 60s))
@@ -393,7 +393,7 @@ TEST_F(LargeMigrationTest, ASourceAgentStoppedWhileItServesPagesStopsWithinItsGr
   EXPECT_THAT(agents_[0]->log(), HasSubstr("serving its pages was given up"));
   // Nothing of the source's copy is left running.
   const std::string source_dir = agents_[0]->data_dir();
-  EXPECT_TRUE(eventually([&] { return job_processes_under(id, source_dir) == 0; }, 10s));
+  EXPECT_TRUE(eventually([&] { return job_processes_under(id, source_dir) == 0u; }, 10s));
 
   // The target's pull, let go, finds the source gone: the job goes back to the queue.
   signal_criu_under(target_dir, SIGCONT);
