@@ -570,11 +570,13 @@ void JobRunner::supervise() {
       {
         std::lock_guard lock(mutex_);
         const model::JobStatus& status = job_.status;
-        if (confirmed_by_server_) migration = status.migration;
-        // A request that a checkpoint since (maybe the one it was restored from) already answers is done.
-        const auto& last = status.last_checkpoint_at;
-        if (confirmed_by_server_ && status.checkpoint_requested_at && (!last || *status.checkpoint_requested_at > *last)) {
-          requested = status.checkpoint_requested_at;
+        if (confirmed_by_server_) {  // see confirmed_by_server_
+          migration = status.migration;
+          // A request that a checkpoint since (maybe the one it was restored from) already answers is done.
+          const auto& last = status.last_checkpoint_at;
+          if (status.checkpoint_requested_at && (!last || *status.checkpoint_requested_at > *last)) {
+            requested = status.checkpoint_requested_at;
+          }
         }
       }
       if (migration && migration->from.empty() && migration->to != context_.node &&

@@ -167,6 +167,13 @@ void JobRunner::migrate_out(OutputReader* reader, const model::Migration& move) 
     migrating_out_ = false;
     give_up(why);
   };
+  // The job is no longer this node's (the target runs it, or it was taken off meanwhile): the frozen
+  // copy is stopped at once, without a checkpoint, and never runs again.
+  auto let_go = [&] {
+    migrated_away_ = true;
+    migrating_out_ = false;
+    request_stop(StopReason::kGone);
+  };
   if (std::string why = transparent_refusal(); !why.empty()) return give_up(why);
   if (!context_.node_tls) return give_up("this node has no node certificate, which live migrations need");
   const NodeTls& tls = *context_.node_tls;
@@ -244,13 +251,8 @@ void JobRunner::migrate_out(OutputReader* reader, const model::Migration& move) 
     // frozen copy is stale and must never run again. Killed before CRIU lets go of it.
     spdlog::warn("job migration dropped job=\"{}\": it is no longer bound here; its frozen copy is stopped", job_id_);
     (void)handle_->signal(SIGKILL);
-    progress.reset();
     lazy.reset();
-    (void)safe_remove_tree((dir_ / "process").string());
-    migrated_away_ = true;
-    migrating_out_ = false;
-    request_stop(StopReason::kGone);
-    return;
+    return let_go();
   }
   // Refused, and not because an earlier try whose answer was lost took effect: it runs on here. Not
   // answered at all: the outcome below decides (the server gives a migration whose hand-over never
@@ -273,7 +275,7 @@ void JobRunner::migrate_out(OutputReader* reader, const model::Migration& move) 
         // process's gate, which goes with it). This copy never runs again: it is killed before
         // CRIU lets go of it.
         std::optional<std::chrono::steady_clock::time_point> stopping_since;
-        auto give_up = [&] {
+        auto stop_serving = [&] {
           if (!detached()) return false;
           const auto now = std::chrono::steady_clock::now();
           if (!stopping_since) stopping_since = now;
@@ -281,16 +283,13 @@ void JobRunner::migrate_out(OutputReader* reader, const model::Migration& move) 
           (void)handle_->signal(SIGKILL);
           return true;
         };
-        if (auto served = lazy->wait_served(kPagesServedWait, give_up); served) {
+        if (auto served = lazy->wait_served(kPagesServedWait, stop_serving); served) {
           spdlog::info("job pages served job=\"{}\"", job_id_);
         } else {
           spdlog::error("job pages not all served job=\"{}\" error=\"{}\"", job_id_, served.error().to_string());
         }
       }
-      migrated_away_ = true;
-      migrating_out_ = false;
-      request_stop(StopReason::kGone);  // the frozen copy is stopped without a checkpoint
-      return;
+      return let_go();
     }
     if (job) {
       auto decoded = model::job_from_json(*job);

@@ -388,17 +388,21 @@ class Cycle {
       moved.push_back(move.job);
     }
     place(j, set->plan, end, {}, moved);
-    for (Move& move : set->moves) {
-      Applied applied = apply_plan(state_, calendar_, move.to, move.job, jobs_[move.job].shape.kind == model::SliceKind::kMig,
-                                   now_, move.end);
-      job_allocations_[move.job] = {applied.allocations.front(), 1};
-      jobs_[move.job].movable = false;  // once per cycle at most
-      jobs_[move.job].moved = true;
-      result_.migrations.push_back({move.job, std::move(applied.grants), j, move.pause});
-      for (auto& r : applied.repartitions) result_.repartitions.push_back(std::move(r));
-    }
+    for (const Move& move : set->moves) apply_move(move, j, MoveReason::kRoom);
     forget_failures();  // the moves left holes that other shapes may fit
     return true;
+  }
+
+  // Carries out a decided move in the cycle's state: the job holds its target from now on and moves
+  // once per cycle at most, and a MIG instance made for it is decided with it.
+  void apply_move(const Move& move, JobIndex for_job, MoveReason reason) {
+    Applied applied = apply_plan(state_, calendar_, move.to, move.job, jobs_[move.job].shape.kind == model::SliceKind::kMig,
+                                 now_, move.end);
+    job_allocations_[move.job] = {applied.allocations.front(), 1};
+    jobs_[move.job].movable = false;
+    jobs_[move.job].moved = true;
+    result_.migrations.push_back({move.job, std::move(applied.grants), for_job, move.pause, reason});
+    for (auto& r : applied.repartitions) result_.repartitions.push_back(std::move(r));
   }
 
   bool reserve(JobIndex j, const EarliestStart& earliest, uint32_t reason) {
@@ -531,15 +535,7 @@ class Cycle {
       auto drain = drains_.choose(state_, calendar_, search_, budget, skip, settling);
       if (!drain) return;
       for (const Move& move : drain->moves) state_.release(move.from);
-      for (Move& move : drain->moves) {
-        Applied applied = apply_plan(state_, calendar_, move.to, move.job, jobs_[move.job].shape.kind == model::SliceKind::kMig,
-                                   now_, move.end);
-        job_allocations_[move.job] = {applied.allocations.front(), 1};
-        jobs_[move.job].movable = false;  // once per cycle at most
-        jobs_[move.job].moved = true;
-        result_.migrations.push_back({move.job, std::move(applied.grants), move.job, move.pause, MoveReason::kDrain});
-        for (auto& r : applied.repartitions) result_.repartitions.push_back(std::move(r));
-      }
+      for (const Move& move : drain->moves) apply_move(move, move.job, MoveReason::kDrain);
       budget.moves -= static_cast<int>(drain->moves.size());
       skip[drain->node] = 1;
     }
