@@ -486,9 +486,13 @@ bool JobRunner::prepare_and_start() {
   if (restore_from && job.status.migration) {
     restoring.emplace(context_.server, context_.token(), job_id_, context_.migration_progress_every);
     restoring->stage("restoring on " + context_.node);
+    // A move the server gave up meanwhile (timed out, rolled back to the source) is not restored
+    // on: its restore could otherwise hold here until the checkpoint timeout.
+    spec.give_up_restore = [&restoring] { return restoring->refused(); };
   }
   auto handle = context_.runtime->start(spec);
   restoring.reset();
+  spec.give_up_restore = nullptr;
   if (!handle && restore_from && !job.status.migration) {
     // The dump does not restore here: the job starts again, its directories as they were then.
     spdlog::warn("job restore failed job=\"{}\" error=\"{}\"; starting it again", job_id_, handle.error().to_string());

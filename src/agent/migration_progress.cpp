@@ -33,7 +33,11 @@ void MigrationProgress::report_until_stopped(std::chrono::milliseconds every) {
     const Json body = {{"phase", "Running"}, {"migration_progress", stage_}};
     lock.unlock();
     auto told = api_.call("PUT", "/v1/jobs/" + job_ + "/status", body.dump());
-    if (!told) spdlog::warn("migration progress not reported job=\"{}\" error=\"{}\"", job_, told.error().to_string());
+    if (!told) {
+      spdlog::warn("migration progress not reported job=\"{}\" error=\"{}\"", job_, told.error().to_string());
+      const ErrorCode code = told.error().code;
+      if (code == ErrorCode::kConflict || code == ErrorCode::kNotFound) refused_ = true;
+    }
     lock.lock();
   }
 }

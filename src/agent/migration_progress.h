@@ -4,6 +4,7 @@
 // takes longer than the timeout and still moves, and a source that falls silent is still given up.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -24,6 +25,9 @@ class MigrationProgress {
 
   // What the source does now ("dumping", "packing 3.2 GiB", ...), sent with the next report.
   void stage(std::string what);
+  // Whether the server refused a report because no such migration is under way any more (it timed
+  // out and was rolled back, or the job was cancelled): the move no longer waits for this node.
+  bool refused() const { return refused_.load(); }
 
  private:
   void report_until_stopped(std::chrono::milliseconds every);
@@ -34,6 +38,7 @@ class MigrationProgress {
   std::condition_variable wake_;
   std::string stage_;
   bool stopping_ = false;
+  std::atomic<bool> refused_{false};
   std::thread thread_;
 };
 

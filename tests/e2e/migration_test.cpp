@@ -16,6 +16,7 @@
 #include <regex>
 
 #include "agent/runtime/runtime.h"
+#include "../fakes/held_criu.h"
 #include "agent_cluster.h"
 
 namespace cnlab::server::test_support {
@@ -489,6 +490,52 @@ TEST_F(MigrationTest, APostCopyMigrationWhoseTargetDiesLeavesTheJobRunningOnTheS
   ASSERT_TRUE(eventually([&] { return last_tick(id) >= at + 10; }, 20s))
       << "thawed on the source" << agents_[source == "node-a" ? 0 : 1]->log();
   EXPECT_EQ(placed_on(id), source);
+  expect_unbroken(ticks(texts(logs(id))), at + 10);
+  cancel_and_wait(id);
+}
+
+// A target whose restore outlasts the move (the server timed it out and rolled it back: the job
+// carries on on the source) gives the restore up when the server refuses its next word of
+// progress, instead of holding CRIU and the source's page pull until its checkpoint timeout and
+// then running a second copy of the job. CRIU's restore is held there on purpose
+// (tests/fakes/held_criu.h); the target reports progress less often than the 4 s timeout.
+TEST_F(MigrationTest, ATargetWhoseRestoreOutlastsTheMoveGivesItUpWhenTheServerNoLongerWaits) {
+  add_agent("node-a", "h100", kPostCopy);
+  std::string id = submit_counter(0);
+  ASSERT_TRUE(eventually([&] { return last_tick(id) >= 5; }, 20s)) << agents_[0]->log();
+  const fs::path criu_dir = nodes_.path() + "/held-criu";
+  fs::create_directories(criu_dir);
+  std::vector<std::string> target_flags = kPostCopy;
+  target_flags.insert(target_flags.end(), {"--criu", test_fakes::write_held_criu(criu_dir, agent::find_criu()),
+                                           "--migration-progress-every", "6s"});
+  test_fakes::hold_criu_command(criu_dir, "restore");
+  AgentProcess& target = add_agent("node-b", "h100", target_flags);
+
+  call(*admin_, "POST", "/v1/jobs/" + id + "/migrate", 202, {{"to", "node-b"}});
+  ASSERT_TRUE(eventually([&] { return fs::exists(criu_dir / "held"); }, 30s)) << events(id) << target.log();
+  ASSERT_TRUE(eventually([&] { return has_event(id, "MigrationFailed"); }, 20s)) << events(id);
+  EXPECT_TRUE(eventually([&] { return target.log().find("job restore given up job=\"" + id + "\"") != std::string::npos; },
+                         20s))
+      << target.log();
+  // Nothing of it is left on node-b: no CRIU restoring (the held one) or pulling pages, no copy.
+  EXPECT_TRUE(eventually(
+      [&] {
+        return processes_where([&](const fs::path& proc) {
+                 const std::string cmdline = command_line(proc);
+                 const bool restoring = cmdline.find(" restore ") != std::string::npos ||
+                                        cmdline.find(" lazy-pages ") != std::string::npos;
+                 return restoring && (cmdline.find(criu_dir.string()) != std::string::npos ||
+                                      cmdline.find(target.data_dir()) != std::string::npos);
+               }).empty();
+      },
+      10s))
+      << target.log();
+  EXPECT_EQ(job_processes_under(id, target.data_dir()), 0u);
+
+  const int at = last_tick(id);
+  ASSERT_TRUE(eventually([&] { return last_tick(id) >= at + 10; }, 20s)) << "thawed on the source" << agents_[0]->log();
+  EXPECT_EQ(placed_on(id), "node-a");
+  EXPECT_EQ(get_job(*admin_, id)["status"]["phase"], "Running");
   expect_unbroken(ticks(texts(logs(id))), at + 10);
   cancel_and_wait(id);
 }

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -68,20 +69,33 @@ constexpr size_t kMaxCgroupName = 64;
 constexpr milliseconds kLazyPagesLimit = std::chrono::minutes(30);  // a post-copy's pages, all of them
 constexpr milliseconds kLazyPagesStart{30000};  // for `criu lazy-pages` to reach the page server
 constexpr size_t kMaxHostname = 63;
+constexpr milliseconds kGiveUpCheck{100};  // how often start() asks ProcessSpec::give_up_restore
 constexpr milliseconds kWaitStep{50};  // how often wait() re-checks that the shim is alive
 constexpr milliseconds kRemoveTimeout{1000};
 
 std::string errno_text(int err) { return std::strerror(err); }
 
+// What start() fails with when ProcessSpec::give_up_restore said so.
+Error restore_given_up(const std::string& job_id) {
+  return Error::of(ErrorCode::kFailedPrecondition, "job", job_id, "its restore was given up before it ended");
+}
+
 // `criu lazy-pages` for a post-copy restore of `images`: it pulls the pages from `from` while the
 // restored job runs, and exits once it has them all. A thread of the agent's reaps it (killing it
-// past kLazyPagesLimit) and logs how it ended.
-Status start_lazy_pages(const std::string& criu, const fs::path& images, const HostPort& from,
-                        const std::string& job_id) {
+// past kLazyPagesLimit, or once the flag returned is set: the restore it serves did not happen)
+// and logs how it ended. `give_up` ends the wait for it to be ready.
+Result<std::shared_ptr<std::atomic<bool>>> start_lazy_pages(const std::string& criu, const fs::path& images,
+                                                             const HostPort& from, const std::string& job_id,
+                                                             const std::function<bool()>& give_up) {
   const fs::path log = images / kLazyPagesLog;
   const auto started = std::chrono::steady_clock::now();
   auto pid = criu::spawn(criu::lazy_pages_args(criu, images, log, from));
   if (!pid) return pid.error();
+  auto kill_it = [&](Error why) {
+    ::kill(*pid, SIGKILL);
+    ::waitpid(*pid, nullptr, 0);
+    return why;
+  };
   // The restore connects to the daemon's socket in the images directory once, without retrying:
   // it starts only once the socket is there (the daemon has reached the page server by then).
   const fs::path socket = images / "lazy-pages.socket";
@@ -93,25 +107,27 @@ Status start_lazy_pages(const std::string& criu, const fs::path& images, const H
                        "criu lazy-pages could not start: " + criu::log_errors(log));
     }
     if (std::chrono::steady_clock::now() - started > kLazyPagesStart) {
-      ::kill(*pid, SIGKILL);
-      ::waitpid(*pid, nullptr, 0);
-      return Error::of(ErrorCode::kUnavailable, "pages_from", format_host_port(from),
-                       fmt::format("criu lazy-pages was not ready within {}ms: {}", kLazyPagesStart.count(),
-                                   criu::log_errors(log)));
+      return kill_it(Error::of(ErrorCode::kUnavailable, "pages_from", format_host_port(from),
+                               fmt::format("criu lazy-pages was not ready within {}ms: {}", kLazyPagesStart.count(),
+                                           criu::log_errors(log))));
     }
+    if (give_up && give_up()) return kill_it(restore_given_up(job_id));
     std::this_thread::sleep_for(milliseconds(5));
   }
-  std::thread([pid = *pid, started, log, job_id] {
-    criu::RunResult ran = criu::wait(pid, started, kLazyPagesLimit);
+  auto cancelled = std::make_shared<std::atomic<bool>>(false);
+  std::thread([pid = *pid, started, log, job_id, cancelled] {
+    criu::RunResult ran = criu::wait(pid, started, kLazyPagesLimit, [&] { return cancelled->load(); });
     if (ran.exit_code == 0) {
       spdlog::info("job pages pulled job=\"{}\" took_ms={}", job_id, ran.took.count());
+    } else if (cancelled->load()) {
+      spdlog::info("job page pull stopped job=\"{}\": the restore did not happen", job_id);
     } else {
       const std::string why = ran.timed_out ? "timed out" : criu::log_errors(log);
       spdlog::error("job pages not all pulled job=\"{}\" error=\"{}\"", job_id, why);
       std::ofstream(log.parent_path() / kPagesNotPulledFile) << why;  // for the job's end
     }
   }).detach();
-  return {};
+  return cancelled;
 }
 
 constexpr int kCapSysResource = 24;
@@ -1090,6 +1106,14 @@ Result<JobHandle> Runtime::start(const ProcessSpec& spec) {
   launch.hostname = spec.hostname.empty() ? default_hostname(cgroup_name) : spec.hostname;
   launch.namespaces = caps.namespaces;
   if (caps.namespaces) launch.shim_command = impl_->options.shim_command;
+  // A page pull started for a restore that then does not happen is stopped with it.
+  struct StopUnlessStarted {
+    std::shared_ptr<std::atomic<bool>> flag;
+    bool started = false;
+    ~StopUnlessStarted() {
+      if (flag && !started) *flag = true;
+    }
+  } stop_page_pull;
   if (!spec.restore_from.empty()) {
     if (!caps.checkpoint) {
       return Error::failed_precondition("cannot restore job " + spec.job_id + " from its checkpoint here: " +
@@ -1101,8 +1125,9 @@ Result<JobHandle> Runtime::start(const ProcessSpec& spec) {
     if (!spec.pages_from.empty()) {
       auto from = parse_host_port(spec.pages_from, "pages_from");
       if (!from) return from.error();
-      auto daemon = start_lazy_pages(impl_->options.criu, launch.restore_from, *from, spec.job_id);
+      auto daemon = start_lazy_pages(impl_->options.criu, launch.restore_from, *from, spec.job_id, spec.give_up_restore);
       if (!daemon) return daemon.error();
+      stop_page_pull.flag = *daemon;
       launch.restore_lazy = true;
     }
   }
@@ -1195,14 +1220,22 @@ Result<JobHandle> Runtime::start(const ProcessSpec& spec) {
       impl_->options.start_timeout + (spec.restore_from.empty() ? milliseconds(0) : impl_->options.checkpoint_timeout);
   const auto deadline = steady_clock::now() + start_timeout;
   bool timed_out = false;
+  bool given_up = false;
   while (line.find('\n') == std::string::npos) {
     const auto left = std::chrono::ceil<milliseconds>(deadline - steady_clock::now()).count();
     if (left <= 0) {
       timed_out = true;
       break;
     }
+    if (!given_up && spec.give_up_restore && !spec.restore_from.empty() && spec.give_up_restore()) {
+      // The shim kills CRIU and reports the start failed.
+      spdlog::info("job restore given up job=\"{}\" shim_pid={}", spec.job_id, shim);
+      given_up = true;
+      ::kill(shim, SIGTERM);
+    }
     pollfd pfd{status_pipe[0], POLLIN, 0};
-    const int ready = ::poll(&pfd, 1, static_cast<int>(left));
+    const long slice = spec.give_up_restore ? std::min<long>(left, kGiveUpCheck.count()) : left;
+    const int ready = ::poll(&pfd, 1, static_cast<int>(slice));
     if (ready < 0 && errno == EINTR) continue;
     if (ready <= 0) continue;
     char buffer[1024];
@@ -1227,7 +1260,7 @@ Result<JobHandle> Runtime::start(const ProcessSpec& spec) {
   const auto ok = report.find("ok");
   if (!ok->is_boolean() || !ok->get<bool>()) {
     // The shim has cleaned up (cgroup, exit.json) and exits: the reaper collects it.
-    Error error = start_error(report, spec, launch);
+    Error error = given_up ? restore_given_up(spec.job_id) : start_error(report, spec, launch);
     spdlog::warn("job start failed job=\"{}\" error=\"{}\"", spec.job_id, error.to_string());
     return error;
   }
@@ -1256,6 +1289,11 @@ Result<JobHandle> Runtime::start(const ProcessSpec& spec) {
                user->switch_user ? user->uid : ::geteuid(),
                restore_ms != report.end() && restore_ms->is_number() ? fmt::format(" restore_ms={}", restore_ms->dump()) : "");
   JobHandle handle(std::move(record));
+  if (given_up) {  // restored just before the shim heard it was not wanted: it never runs
+    (void)handle.stop(milliseconds(0));
+    return restore_given_up(spec.job_id);
+  }
+  stop_page_pull.started = true;
   // CRIU restores a tree dumped while stopped (kLeaveStopped, not thawed) stopped: a restored job runs.
   if (!spec.restore_from.empty() && handle.frozen()) {
     spdlog::warn("job restored stopped job=\"{}\"; thawing it", spec.job_id);

@@ -95,6 +95,10 @@ struct ProcessSpec {
   std::vector<std::pair<std::string, std::string>> gpu_device_map;
   std::string hostname;           // the job's hostname in its UTS namespace; empty: cgroup name
   RunAs run_as;
+  // Asked every ~100 ms while a restore is under way (the page pull starting, CRIU restoring):
+  // true gives it up (CRIU killed, nothing of the job left) and start() fails saying so. A
+  // migration's target uses it once the server no longer waits for the move.
+  std::function<bool()> give_up_restore;
 };
 
 // A cgroup (and hostname) safe name for a job id: letters, digits, '.', '_' and '-' kept, anything

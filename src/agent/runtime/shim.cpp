@@ -378,6 +378,7 @@ class Shim {
 
   void read_pump(Pump& pump, const char* timestamp);
   void handle_signals();
+  bool asked_to_stop();
   void handle_control();
   void reap();
   void deliver(int sig);
@@ -561,16 +562,18 @@ Status Shim::launch_restore() {
     *fd = -1;
   }
   // CRIU's own run: wait for it to exit, never longer than the restore timeout (a CRIU that hangs
-  // is killed, and the start fails).
+  // is killed, and the start fails), nor once the agent gives the restore up (SIGTERM to the shim).
   int status = 0;
   bool exited = false;
+  bool given_up = false;
   const auto deadline = started + milliseconds(spec_.restore_timeout_ms);
-  while (steady_clock::now() < deadline) {
+  while (steady_clock::now() < deadline && !given_up) {
     const pid_t got = ::waitpid(child, &status, WNOHANG);
     if (got == child) {
       exited = true;
       break;
     }
+    given_up = asked_to_stop();
     std::this_thread::sleep_for(milliseconds(5));
   }
   if (!exited) {
@@ -595,7 +598,8 @@ Status Shim::launch_restore() {
   auto stat = jobfiles::read_proc_stat(init);
   if (init <= 0 || !stat || stat->ppid != ::getpid()) {
     const std::string message =
-        !exited ? fmt::format("CRIU did not restore the job within {}ms (killed)", spec_.restore_timeout_ms)
+        given_up ? std::string("the restore was given up (the shim was asked to stop; CRIU killed)")
+        : !exited ? fmt::format("CRIU did not restore the job within {}ms (killed)", spec_.restore_timeout_ms)
                 : fmt::format("CRIU could not restore the job ({}): {}",
                               WIFEXITED(status) ? fmt::format("exit code {}", WEXITSTATUS(status))
                                                 : fmt::format("signal {}", WTERMSIG(status)),
@@ -688,6 +692,17 @@ void Shim::kill_tree() {
     ::kill(spec_.namespaces ? job_pid_ : -job_pid_, SIGKILL);
   }
   if (!spec_.cgroup.empty()) (void)spec_.cgroup.kill_all(milliseconds(0));
+}
+
+// Whether SIGTERM or SIGINT reached the shim since the last look (other signals are dropped:
+// nothing runs yet that they could be for).
+bool Shim::asked_to_stop() {
+  signalfd_siginfo info{};
+  bool asked = false;
+  while (::read(signal_fd_, &info, sizeof info) == sizeof info) {
+    asked = asked || info.ssi_signo == SIGTERM || info.ssi_signo == SIGINT;
+  }
+  return asked;
 }
 
 void Shim::handle_signals() {

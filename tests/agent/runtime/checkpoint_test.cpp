@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "agent/runtime/runtime.h"
+#include "../../fakes/held_criu.h"
 #include "test_support.h"
 
 namespace cnlab::agent {
@@ -355,6 +356,115 @@ TEST_F(CheckpointTest, AFinishedJobIsNotCheckpointed) {
   auto taken = job->checkpoint(dir_.path() / "images", JobHandle::AfterDump::kStop);
   ASSERT_FALSE(taken);
   EXPECT_THAT(taken.error().message, HasSubstr("is not running"));
+}
+
+// A restore its caller gives up (ProcessSpec::give_up_restore: a migration's target once the
+// server no longer waits for the move), while CRIU is held in one of its commands on purpose
+// (tests/fakes/held_criu.h, a script in front of the real CRIU).
+class GivenUpRestoreTest : public CheckpointTest {
+ protected:
+  void configure(RuntimeOptions& options) override {
+    fs::create_directories(criu_dir());
+    options.criu = test_fakes::write_held_criu(criu_dir(), options.criu);
+  }
+  fs::path criu_dir() const { return dir_.path() / "held-criu"; }
+
+  // Starts `spec` (a restore), holding `criu <command>`, and gives it up a second later: start()
+  // fails at once, saying so, and leaves no CRIU restoring or pulling pages.
+  void expect_given_up(ProcessSpec spec, const std::string& command) {
+    test_fakes::hold_criu_command(criu_dir(), command);
+    const auto asked = std::chrono::steady_clock::now();
+    spec.give_up_restore = [&] { return std::chrono::steady_clock::now() - asked > 1s; };
+    auto restored = runtime_->start(spec);
+    const auto took = std::chrono::steady_clock::now() - asked;
+    fs::remove(criu_dir() / "hold");
+    ASSERT_FALSE(restored) << "restored although given up";
+    EXPECT_THAT(restored.error().message, HasSubstr("its restore was given up"));
+    EXPECT_TRUE(fs::exists(criu_dir() / "held")) << "criu " << command << " was reached";
+    EXPECT_LT(took, 15s) << "it waited for CRIU, held for a minute";
+    EXPECT_TRUE(eventually_no_criu({"restore", "lazy-pages"}));
+  }
+  // Whether, within a few seconds, no process below this one runs `criu <command>` for any of
+  // `commands` (the held script's command line names it too).
+  static bool eventually_no_criu(const std::vector<std::string>& commands) {
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (true) {
+      std::string left;
+      for (const ProcessId& process : descendants(::getpid())) {
+        const std::string cmdline = read_text("/proc/" + std::to_string(process.pid) + "/cmdline");
+        for (const auto& command : commands) {
+          if (cmdline.find("criu") != std::string::npos && cmdline.find('\0' + command + '\0') != std::string::npos &&
+              still_running(process)) {
+            left += " " + std::to_string(process.pid) + " (criu " + command + ")";
+          }
+        }
+      }
+      if (left.empty()) return true;
+      if (std::chrono::steady_clock::now() > deadline) {
+        ADD_FAILURE() << "still running:" << left;
+        return false;
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+  }
+};
+
+TEST_F(GivenUpRestoreTest, ARestoreGivenUpWhileCriuRestoresEndsAtOnceAndTheImagesStillRestore) {
+  auto source = runtime_->start(counter_job("node-a"));
+  ASSERT_TRUE(source) << source.error().to_string();
+  auto reader = OutputReader::open(source->output_path());
+  ASSERT_TRUE(reader);
+  auto printed = read_until_tick(*reader, 2);
+  const fs::path images = dir_.path() / "images";
+  ASSERT_TRUE(source->checkpoint(images, JobHandle::AfterDump::kStop));
+  EXPECT_EQ(source->wait(10s).state, JobState::kExited);
+  for (auto& line : collect(*source, *reader)) printed.push_back(std::move(line));
+  const std::vector<Tick> before = ticks(printed);
+  ASSERT_FALSE(before.empty());
+  ASSERT_TRUE(copy_to_node_b(images));
+  ProcessSpec again = counter_job("node-b");
+  again.restore_from = images;
+  ASSERT_NO_FATAL_FAILURE(expect_given_up(again, "restore"));
+
+  // Nothing it left (cgroup, processes, files) stands in the way of restoring the images after all.
+  fs::remove_all(again.job_dir);
+  auto restored = runtime_->start(again);
+  ASSERT_TRUE(restored) << restored.error().to_string();
+  auto restored_reader = OutputReader::open(restored->output_path());
+  ASSERT_TRUE(restored_reader);
+  const std::vector<Tick> after = ticks(read_until_tick(*restored_reader, 1000, 2s));
+  ASSERT_FALSE(after.empty());
+  EXPECT_EQ(after.front().n, before.back().n + 1) << "exactly where it was";
+  ASSERT_TRUE(restored->stop(2s));
+}
+
+TEST_F(GivenUpRestoreTest, APostCopyRestoreGivenUpEndsItsPagePullAndTheSourceRunsOn) {
+  for (const std::string command : {"lazy-pages", "restore"}) {
+    SCOPED_TRACE("held: criu " + command);
+    fs::remove_all(dir_.path() / "node-a");
+    fs::remove_all(dir_.path() / "node-b");
+    fs::remove_all(dir_.path() / "images");
+    fs::remove(criu_dir() / "held");
+    auto source = runtime_->start(counter_job("node-a"));
+    ASSERT_TRUE(source) << source.error().to_string();
+    auto reader = OutputReader::open(source->output_path());
+    ASSERT_TRUE(reader);
+    (void)read_until_tick(*reader, 2);
+    auto dump = lazy_dump(*source);
+    ASSERT_TRUE(dump) << dump.error().to_string();
+    ASSERT_TRUE(copy_to_node_b(dir_.path() / "images"));
+    ProcessSpec again = counter_job("node-b");
+    again.restore_from = dir_.path() / "images";
+    again.pages_from = format_host_port((*dump)->page_server());
+    again.cgroup_name = "counter-node-b";  // the stopped source still holds its own
+    ASSERT_NO_FATAL_FAILURE(expect_given_up(again, command));
+    // The move is off: the source's CRIU lets go of the job, which carries on there.
+    (*dump)->cancel();
+    EXPECT_FALSE((*dump)->wait_served(1s));
+    ASSERT_TRUE(source->thaw());
+    EXPECT_GE(ticks(read_until_tick(*reader, 1000, 2s)).size(), 5u) << "the source's job carries on";
+    ASSERT_TRUE(source->stop(2s));
+  }
 }
 
 // A job holding a CUDA context (tests/fakes/cuda_counter_job.py), on a node with cuda-checkpoint.
