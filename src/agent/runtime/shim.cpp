@@ -694,15 +694,12 @@ void Shim::kill_tree() {
   if (!spec_.cgroup.empty()) (void)spec_.cgroup.kill_all(milliseconds(0));
 }
 
-// Whether SIGTERM or SIGINT reached the shim since the last look (other signals are dropped:
-// nothing runs yet that they could be for).
+// Whether SIGTERM or SIGINT waits for the shim (blocked, for its signalfd). Only looked at, not
+// taken: a SIGCHLD of the job waiting beside it is still there for the loop.
 bool Shim::asked_to_stop() {
-  signalfd_siginfo info{};
-  bool asked = false;
-  while (::read(signal_fd_, &info, sizeof info) == sizeof info) {
-    asked = asked || info.ssi_signo == SIGTERM || info.ssi_signo == SIGINT;
-  }
-  return asked;
+  sigset_t pending;
+  sigemptyset(&pending);
+  return ::sigpending(&pending) == 0 && (sigismember(&pending, SIGTERM) == 1 || sigismember(&pending, SIGINT) == 1);
 }
 
 void Shim::handle_signals() {
