@@ -487,8 +487,9 @@ bool JobRunner::prepare_and_start() {
     restoring.emplace(context_.server, context_.token(), job_id_, context_.migration_progress_every);
     restoring->stage("restoring on " + context_.node);
     // A move the server gave up meanwhile (timed out, rolled back to the source) is not restored
-    // on: its restore could otherwise hold here until the checkpoint timeout.
-    spec.give_up_restore = [&restoring] { return restoring->refused(); };
+    // on: its restore could otherwise hold here until the checkpoint timeout. This agent hears it
+    // as the job leaving the node, or from the server's refusal of its next word of progress.
+    spec.give_up_restore = [this, &restoring] { return leaving() || restoring->refused(); };
   }
   auto handle = context_.runtime->start(spec);
   restoring.reset();

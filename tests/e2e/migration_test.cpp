@@ -495,10 +495,11 @@ TEST_F(MigrationTest, APostCopyMigrationWhoseTargetDiesLeavesTheJobRunningOnTheS
 }
 
 // A target whose restore outlasts the move (the server timed it out and rolled it back: the job
-// carries on on the source) gives the restore up when the server refuses its next word of
-// progress, instead of holding CRIU and the source's page pull until its checkpoint timeout and
-// then running a second copy of the job. CRIU's restore is held there on purpose
-// (tests/fakes/held_criu.h); the target reports progress less often than the 4 s timeout.
+// carries on on the source) gives the restore up as soon as its agent hears the job left the node
+// (or the server refuses its next word of progress), instead of holding CRIU and the source's page
+// pull until its checkpoint timeout and then running a second copy of the job. CRIU's restore is
+// held there on purpose (tests/fakes/held_criu.h); the target reports progress less often than the
+// 4 s timeout.
 TEST_F(MigrationTest, ATargetWhoseRestoreOutlastsTheMoveGivesItUpWhenTheServerNoLongerWaits) {
   add_agent("node-a", "h100", kPostCopy);
   std::string id = submit_counter(0);

@@ -5,8 +5,10 @@
 
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <thread>
 
+#include "agent/migration_progress.h"
 #include "fixtures.h"
 #include "net/tls_files.h"
 
@@ -116,8 +118,10 @@ class MigrationProgressTest : public AgentToAgentTest {
 
   // Two nodes and a checkpointable job bound to one of them (from_): node_1_ and node_2_.
   void submit_on_one_of_two() {
-    node_1_ = server_->client(register_peer("gpu-1"));
-    node_2_ = server_->client(register_peer("gpu-2"));
+    tokens_["gpu-1"] = register_peer("gpu-1");
+    tokens_["gpu-2"] = register_peer("gpu-2");
+    node_1_ = server_->client(tokens_["gpu-1"]);
+    node_2_ = server_->client(tokens_["gpu-2"]);
     Json body = job_body("default", "none", {"sleep", "100"});
     body["spec"]["checkpointable"] = true;
     id_ = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
@@ -126,6 +130,7 @@ class MigrationProgressTest : public AgentToAgentTest {
   }
 
   std::unique_ptr<net::Client> node_1_, node_2_;
+  std::map<std::string, std::string> tokens_;  // each node's token
   std::string id_, from_;
 };
 
@@ -201,6 +206,39 @@ TEST_F(MigrationProgressTest, ATargetThatKeepsSayingItIsRestoringOutlastsTheTime
   EXPECT_EQ(given_up["status"]["placement"][0]["node"], from);
   EXPECT_THAT(given_up["status"]["events"].back()["reason"].get<std::string>(),
               HasSubstr("the target " + to + " did not restore it within 2s"));
+}
+
+// The agent's reporter (agent::MigrationProgress) against the real server: it says when the server
+// refuses its word because the move is no longer under way, which makes a target give its restore
+// up (docs/checkpoint.md).
+TEST_F(MigrationProgressTest, TheAgentsReporterHearsWhenTheServerNoLongerWaitsForTheMove) {
+  ASSERT_NO_FATAL_FAILURE(submit_on_one_of_two());
+  const std::string id = id_, from = from_;
+  const std::string to = from == "gpu-1" ? "gpu-2" : "gpu-1";
+  net::Client& source = from == "gpu-1" ? *node_1_ : *node_2_;
+  call(source, "PUT", "/v1/jobs/" + id + "/status", 200, {{"phase", "Running"}});
+  call(*admin_, "POST", "/v1/jobs/" + id + "/migrate", 202, {{"to", to}});
+  call(source, "PUT", "/v1/jobs/" + id + "/status", 200,
+       {{"phase", "Running"}, {"migration_handed_over", {{"dump_digest", "sha256:" + std::string(64, 'a')}, {"frozen_at_ms", 1}}}});
+  const agent::ServerAddress server{server_->url(), server_->ca()};
+  {
+    // Restoring, and saying so more often than the 2 s timeout: every word is taken.
+    agent::MigrationProgress restoring(server, tokens_[to], id, std::chrono::milliseconds(300));
+    restoring.stage("restoring on " + to);
+    ASSERT_TRUE(eventually([&] { return get_job(*admin_, id)["status"]["migration"].value("progress", "") == "restoring on " + to; },
+                           std::chrono::seconds(5)));
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    EXPECT_FALSE(restoring.refused());
+  }
+  // Silent past the timeout: the move is rolled back, and the next word is refused.
+  agent::MigrationProgress late(server, tokens_[to], id, std::chrono::seconds(3));
+  ASSERT_TRUE(eventually([&] { return late.refused(); }, std::chrono::seconds(10)));
+  const Json back = get_job(*admin_, id)["status"];
+  EXPECT_FALSE(back.contains("migration"));
+  EXPECT_EQ(back["placement"][0]["node"], from);
+  // The source's word, when no move is asked for, is refused the same way.
+  agent::MigrationProgress stray(server, tokens_[from], id, std::chrono::milliseconds(100));
+  EXPECT_TRUE(eventually([&] { return stray.refused(); }, std::chrono::seconds(5)));
 }
 
 TEST_F(MigrationProgressTest, AJobHoldingAGpuIsBoundToItsTargetGpuOnTheHandOverAndToItsOwnAgainWhenTheMoveIsGivenUp) {
