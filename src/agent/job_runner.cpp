@@ -242,6 +242,11 @@ bool JobRunner::leaving() const {
   return (stop_reason_ == StopReason::kGone && !migrating_out_) || requeued_;
 }
 
+bool JobRunner::cancelling() const {
+  std::lock_guard lock(mutex_);
+  return stop_reason_ == StopReason::kCancelled;
+}
+
 bool JobRunner::checkpointable() const {
   std::lock_guard lock(mutex_);
   return job_.spec.checkpointable;

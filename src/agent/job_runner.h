@@ -134,6 +134,8 @@ class JobRunner {
   // Stopping because the job was taken off this node, or ended with its run lost and requeued: it
   // may be bound here again.
   bool leaving() const;
+  // Asked to stop because the job was cancelled.
+  bool cancelling() const;
 
   // For metrics: the binding on this node (empty until known) and whether the process runs.
   model::NodeBinding binding() const;

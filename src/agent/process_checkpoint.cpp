@@ -196,6 +196,10 @@ void JobRunner::migrate_out(OutputReader* reader, const model::Migration& move) 
     migrating_out_ = false;
     return give_up("the dump failed: " + taken.error().message);
   }
+  // Cancelled meanwhile: nothing more is sent (a large dump takes a minute to), and the job, thawed,
+  // is stopped here as any cancelled job is.
+  const std::string cancelled_meanwhile = "the job was cancelled meanwhile";
+  if (cancelling()) return abandon(cancelled_meanwhile);
   // What it printed before the freeze goes into its log before anything the target prints: shipped
   // while the dump goes out (the pause counts both), done before the hand-over. The output the
   // shim had yet to write reaches the reader within the first 50 ms.
@@ -220,6 +224,7 @@ void JobRunner::migrate_out(OutputReader* reader, const model::Migration& move) 
   progress->stage(fmt::format("sending {} MiB to {}", taken->bytes >> 20, move.to));
   auto parts = (*sender)->send_parts(job_id_, dir_ / "process");
   if (!parts) return abandon("node " + move.to + " did not take its dump: " + parts.error().message);
+  if (cancelling()) return abandon(cancelled_meanwhile);
   const auto packing = std::chrono::steady_clock::now();
   auto packed = pack_checkpoint(dir_ / "process", kMaxMigrationDumpBytes, 0);
   (void)safe_remove_tree((dir_ / "process").string());

@@ -24,6 +24,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 namespace fs = std::filesystem;
 
 // argv[1]: how many ticks (0: forever). At the end it checks its own file and says so.
@@ -539,6 +540,31 @@ TEST_F(MigrationTest, ATargetWhoseRestoreOutlastsTheMoveGivesItUpWhenTheServerNo
   EXPECT_EQ(get_job(*admin_, id)["status"]["phase"], "Running");
   expect_unbroken(ticks(texts(logs(id))), at + 10);
   cancel_and_wait(id);
+}
+
+// A job cancelled while its source dumps it for a move is not sent (a large one would take a
+// minute): the source stops it as any cancelled job, and it ends Cancelled without having moved.
+// The dump is held on purpose for 6 s (tests/fakes/held_criu.h); the source's progress keeps the
+// move alive meanwhile.
+TEST_F(MigrationTest, AJobCancelledWhileItIsDumpedForAMoveIsNotSentAndEndsCancelledWhereItRan) {
+  const fs::path criu_dir = nodes_.path() + "/held-criu";
+  fs::create_directories(criu_dir);
+  AgentProcess& source = add_agent("node-a", "h100", {"--criu", test_fakes::write_held_criu(criu_dir, agent::find_criu()),
+                                                      "--migration-progress-every", "1s"});
+  std::string id = submit_counter(0);
+  ASSERT_TRUE(eventually([&] { return last_tick(id) >= 5; }, 20s)) << source.log();
+  add_agent("node-b", "h100");
+  test_fakes::hold_criu_command(criu_dir, "dump", 6);
+
+  call(*admin_, "POST", "/v1/jobs/" + id + "/migrate", 202, {{"to", "node-b"}});
+  ASSERT_TRUE(eventually([&] { return fs::exists(criu_dir / "held"); }, 20s)) << events(id) << source.log();
+  call(*admin_, "POST", "/v1/jobs/" + id + "/cancel", 200);
+  const Json ended = wait_for_end(id, 60s);
+  EXPECT_EQ(ended["status"]["phase"], "Cancelled") << ended.dump();
+  EXPECT_FALSE(has_event(id, "Migrated")) << events(id);
+  EXPECT_THAT(events(id), HasSubstr("the job was cancelled meanwhile"));
+  EXPECT_THAT(source.log(), Not(HasSubstr("migration dump sent"))) << "nothing was sent for the cancelled job";
+  EXPECT_EQ(job_processes_under(id, source.data_dir()), 0u);
 }
 
 TEST_F(MigrationTest, ATargetThatDiesMidMigrationLeavesTheJobRunningOnTheSource) {
