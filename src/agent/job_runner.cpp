@@ -497,8 +497,16 @@ bool JobRunner::prepare_and_start() {
     spec.give_up_restore = [this, &restoring] { return leaving() || restoring->refused(); };
   }
   auto handle = context_.runtime->start(spec);
+  const bool unwanted = restoring && spec.give_up_restore();
   restoring.reset();
   spec.give_up_restore = nullptr;
+  if (!handle && unwanted) {
+    // Not a failed start: the server binds the job elsewhere now and expects no word of it.
+    spdlog::info("job not restored job=\"{}\": its move was given up meanwhile ({})", job_id_, handle.error().message);
+    if (context_.vgpu) context_.vgpu->remove_job(job_id_);
+    (void)safe_remove_tree(dir_.string());
+    return false;
+  }
   if (!handle && restore_from && !job.status.migration) {
     // The dump does not restore here: the job starts again, its directories as they were then.
     spdlog::warn("job restore failed job=\"{}\" error=\"{}\"; starting it again", job_id_, handle.error().to_string());

@@ -519,6 +519,10 @@ TEST_F(MigrationTest, ATargetWhoseRestoreOutlastsTheMoveGivesItUpWhenTheServerNo
   EXPECT_TRUE(eventually([&] { return target.log().find("job restore given up job=\"" + id + "\"") != std::string::npos; },
                          20s))
       << target.log();
+  // Not a failed start: the server, which binds the job to node-a again, hears nothing of it.
+  EXPECT_TRUE(eventually([&] { return target.log().find("job not restored job=\"" + id + "\": its move was given up") != std::string::npos; }))
+      << target.log();
+  EXPECT_THAT(target.log(), Not(HasSubstr("job not started job=\"" + id + "\"")));
   // Nothing of it is left on node-b: no CRIU restoring (the held one) or pulling pages, no copy.
   EXPECT_TRUE(eventually(
       [&] {
