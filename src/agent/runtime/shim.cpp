@@ -378,7 +378,6 @@ class Shim {
 
   void read_pump(Pump& pump, const char* timestamp);
   void handle_signals();
-  bool asked_to_stop();
   void handle_control();
   void reap();
   void deliver(int sig);
@@ -522,6 +521,14 @@ Status Shim::launch() {
 // the job's cgroup (the restored tree inherits it) with the shim's new pipes handed in for the
 // ones the images name outside the tree; the restored init is then re-parented to the shim, the
 // subreaper, and carries on as if it had been started here.
+// Whether SIGTERM or SIGINT waits for the shim (blocked, for its signalfd). Only looked at, not
+// taken: a SIGCHLD of the job waiting beside it is still there for the loop.
+bool asked_to_stop() {
+  sigset_t pending;
+  sigemptyset(&pending);
+  return ::sigpending(&pending) == 0 && (sigismember(&pending, SIGTERM) == 1 || sigismember(&pending, SIGINT) == 1);
+}
+
 Status Shim::launch_restore() {
   const fs::path images = spec_.restore_from;
   auto meta_text = jobfiles::read_trusted(images / criu::kPipesFile);
@@ -692,14 +699,6 @@ void Shim::kill_tree() {
     ::kill(spec_.namespaces ? job_pid_ : -job_pid_, SIGKILL);
   }
   if (!spec_.cgroup.empty()) (void)spec_.cgroup.kill_all(milliseconds(0));
-}
-
-// Whether SIGTERM or SIGINT waits for the shim (blocked, for its signalfd). Only looked at, not
-// taken: a SIGCHLD of the job waiting beside it is still there for the loop.
-bool Shim::asked_to_stop() {
-  sigset_t pending;
-  sigemptyset(&pending);
-  return ::sigpending(&pending) == 0 && (sigismember(&pending, SIGTERM) == 1 || sigismember(&pending, SIGINT) == 1);
 }
 
 void Shim::handle_signals() {
