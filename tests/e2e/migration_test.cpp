@@ -209,6 +209,12 @@ class MigrationTest : public AgentCluster {
   static size_t job_processes_under(const std::string& id, const std::string& dir) {
     return processes_where([&](const fs::path& proc) { return job_process(proc, id, dir); }).size();
   }
+  // A CRIU that holds one of its commands on demand (tests/fakes/held_criu.h), for an agent's --criu.
+  std::string held_criu() const {
+    fs::create_directories(held_criu_dir());
+    return test_fakes::write_held_criu(held_criu_dir(), agent::find_criu());
+  }
+  fs::path held_criu_dir() const { return nodes_.path() + "/held-criu"; }
   // Signals (kills) every CRIU whose command line names `path`.
   static void kill_criu_under(const std::string& path) { signal_criu_under(path, SIGKILL); }
   static void signal_criu_under(const std::string& path, int sig) {
@@ -505,11 +511,9 @@ TEST_F(MigrationTest, ATargetWhoseRestoreOutlastsTheMoveGivesItUpWhenTheServerNo
   add_agent("node-a", "h100", kPostCopy);
   std::string id = submit_counter(0);
   ASSERT_TRUE(eventually([&] { return last_tick(id) >= 5; }, 20s)) << agents_[0]->log();
-  const fs::path criu_dir = nodes_.path() + "/held-criu";
-  fs::create_directories(criu_dir);
+  const fs::path criu_dir = held_criu_dir();
   std::vector<std::string> target_flags = kPostCopy;
-  target_flags.insert(target_flags.end(), {"--criu", test_fakes::write_held_criu(criu_dir, agent::find_criu()),
-                                           "--migration-progress-every", "6s"});
+  target_flags.insert(target_flags.end(), {"--criu", held_criu(), "--migration-progress-every", "6s"});
   test_fakes::hold_criu_command(criu_dir, "restore");
   AgentProcess& target = add_agent("node-b", "h100", target_flags);
 
@@ -551,10 +555,8 @@ TEST_F(MigrationTest, ATargetWhoseRestoreOutlastsTheMoveGivesItUpWhenTheServerNo
 // The dump is held on purpose for 6 s (tests/fakes/held_criu.h); the source's progress keeps the
 // move alive meanwhile.
 TEST_F(MigrationTest, AJobCancelledWhileItIsDumpedForAMoveIsNotSentAndEndsCancelledWhereItRan) {
-  const fs::path criu_dir = nodes_.path() + "/held-criu";
-  fs::create_directories(criu_dir);
-  AgentProcess& source = add_agent("node-a", "h100", {"--criu", test_fakes::write_held_criu(criu_dir, agent::find_criu()),
-                                                      "--migration-progress-every", "1s"});
+  const fs::path criu_dir = held_criu_dir();
+  AgentProcess& source = add_agent("node-a", "h100", {"--criu", held_criu(), "--migration-progress-every", "1s"});
   std::string id = submit_counter(0);
   ASSERT_TRUE(eventually([&] { return last_tick(id) >= 5; }, 20s)) << source.log();
   add_agent("node-b", "h100");
