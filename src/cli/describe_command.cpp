@@ -1,5 +1,6 @@
 // `cnlab describe JOB`: everything about one job a person asks when it waits, runs or ended:
-// what it asked for, where it runs, why it waits, how it ended, and its events.
+// what it asked for, where it runs, why it waits, its checkpoint and a move under way, how it
+// ended, and its events.
 #include <signal.h>
 
 #include <cstdio>
@@ -38,6 +39,50 @@ std::string when(Time time, Time now) {
 
 void line(const char* label, const std::string& value, const char* sgr = nullptr, bool colour = false) {
   std::printf("%-12s %s\n", label, colour ? colourise(value, sgr).c_str() : value.c_str());
+}
+
+// "process, 12.3 MiB, taken 14:05 (3m12s ago), sha256:1f2e3d4c5b6a; 2 older kept; another asked 5s
+// ago": the checkpoint the job resumes from, and one asked for and not yet taken. "" for none.
+std::string checkpoint_text(const Json& status, Time now) {
+  std::string text;
+  if (status.contains("checkpoint") && status["checkpoint"].is_object()) {
+    const Json& c = status["checkpoint"];
+    const std::string digest = c.value("digest", "");
+    text = c.value("kind", "files") + ", " + format_bytes(c.value("size_bytes", int64_t{0})) + ", taken " +
+           when(time_field(status, "checkpoint", "taken_at"), now) + ", " + digest.substr(0, 19);
+    const size_t older = status.value("older_checkpoints", Json::array()).size();
+    if (older > 0) text += "; " + std::to_string(older) + " older kept";
+  }
+  auto time_of = [&](const char* key) {
+    auto time = parse_rfc3339(status.value(key, ""), key);
+    return time ? *time : Time{};
+  };
+  const Time asked = time_of("checkpoint_requested_at"), last = time_of("last_checkpoint_at");
+  if (asked != Time{} && asked > last) {
+    text += std::string(text.empty() ? "" : "; ") + (text.empty() ? "asked " : "another asked ") +
+            format_age(now - asked) + " ago, not taken yet";
+  }
+  return text;
+}
+
+// "node-a -> node-b (post-copy), asked 14:05 (12s ago); restoring on node-b (2s ago)": a move under
+// way, where it stands by the latest word of the node doing the work. "" for none.
+std::string migration_text(const Json& status, Time now) {
+  if (!status.contains("migration") || !status["migration"].is_object()) return "";
+  const Json& m = status["migration"];
+  const std::string to = m.value("to", "");
+  const std::string from = m.value("from", "");
+  std::string text = (from.empty() ? "" : from + " -> ") + (to.empty() ? "any node with room" : to);
+  if (!m.value("pages_from", "").empty()) text += " (post-copy)";
+  text += ", asked " + when(time_field(status, "migration", "requested_at"), now);
+  const std::string progress = m.value("progress", "");
+  if (!progress.empty()) {
+    text += "; " + progress;
+    if (Time said = time_field(status, "migration", "progress_at"); said != Time{}) {
+      text += " (" + format_age(now - said) + " ago)";
+    }
+  }
+  return text;
 }
 
 void run_describe(const ClientFlags& flags, const DescribeArgs& args) {
@@ -92,6 +137,8 @@ void run_describe(const ClientFlags& flags, const DescribeArgs& args) {
   }
   if (finished != Time{}) line("Finished:", when(finished, now));
   if (int attempts = status.value("attempts", 0); attempts > 1) line("Attempts:", std::to_string(attempts));
+  if (std::string text = checkpoint_text(status, now); !text.empty()) line("Checkpoint:", text);
+  if (std::string text = migration_text(status, now); !text.empty()) line("Migration:", text, kYellow, colour);
 
   // Where it runs: one line per node, each GPU with its blocks and memory.
   if (status.contains("placement") && status["placement"].is_array() && !status["placement"].empty()) {

@@ -442,6 +442,10 @@ TEST_F(MigrationTest, APostCopyMigrationRunsTheJobOnTheTargetAndPullsItsMemoryFr
   call(*admin_, "POST", "/v1/jobs/" + id + "/checkpoint", 202);
   ASSERT_TRUE(eventually([&] { return get_job(*admin_, id)["status"].contains("checkpoint"); }, 20s));
   const std::string checkpoint = get_job(*admin_, id)["status"]["checkpoint"]["digest"];
+  const auto [described, description] = cnlab("describe " + id);
+  EXPECT_EQ(described, 0) << description;
+  EXPECT_THAT(description, HasSubstr("Checkpoint:  process, ")) << "the checkpoint it would resume from";
+  EXPECT_THAT(description, HasSubstr(checkpoint.substr(0, 19))) << description;
   add_agent("node-b", "h100", kPostCopy);
 
   auto [code, said] = cnlab("migrate " + id + " --to node-b --timeout 60");
@@ -564,6 +568,16 @@ TEST_F(MigrationTest, AJobCancelledWhileItIsDumpedForAMoveIsNotSentAndEndsCancel
 
   call(*admin_, "POST", "/v1/jobs/" + id + "/migrate", 202, {{"to", "node-b"}});
   ASSERT_TRUE(eventually([&] { return fs::exists(criu_dir / "held"); }, 20s)) << events(id) << source.log();
+  // `cnlab describe` shows the move under way, by the source's latest word.
+  std::string description;
+  EXPECT_TRUE(eventually(
+      [&] {
+        description = cnlab("describe " + id).second;
+        return description.find("Migration:") != std::string::npos && description.find("dumping (") != std::string::npos;
+      },
+      4s))
+      << description;
+  EXPECT_THAT(description, HasSubstr("Migration:   node-b, asked "));
   call(*admin_, "POST", "/v1/jobs/" + id + "/cancel", 200);
   const Json ended = wait_for_end(id, 60s);
   EXPECT_EQ(ended["status"]["phase"], "Cancelled") << ended.dump();
