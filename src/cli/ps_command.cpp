@@ -152,7 +152,13 @@ void run_ps(const ClientFlags& flags, const PsArgs& args) {
     if (show_user) table.cell(std::string(text_of(job, "user")));
     table.cell(std::string(text_of(job, "gpu")));
     std::string_view phase = text_of(job, "phase");
-    table.cell(std::string(phase), phase_colour(phase));
+    std::string phase_text(phase);
+    if (job.value("cancelling", false)) {
+      phase_text += " (cancelling)";
+    } else if (job.contains("moving_to")) {
+      phase_text += " (moving)";
+    }
+    table.cell(phase_text, phase_colour(phase));
     table.cell(nodes_of(job));
     Time submitted = time_of(job, "submitted_at");
     table.cell(submitted == Time{} ? "-" : format_age(now - submitted));

@@ -124,6 +124,11 @@ void append_summary(std::string& out, const model::Job& job, const JobWaiting* w
   if (s.exit_code) out += fmt::format(",\"exit_code\":{}", *s.exit_code);
   if (s.signal) out += fmt::format(",\"signal\":{}", *s.signal);
   if (waiting && waiting->queue_position > 0) out += fmt::format(",\"queue_position\":{}", waiting->queue_position);
+  if (s.migration) {  // a move under way: to this node ("" for any with room)
+    out += ",\"moving_to\":";
+    append_string(out, s.migration->to);
+  }
+  if (s.cancel_requested && !model::is_terminal(s.phase)) out += ",\"cancelling\":true";
   out += '}';
 }
 

@@ -578,6 +578,7 @@ TEST_F(MigrationTest, AJobCancelledWhileItIsDumpedForAMoveIsNotSentAndEndsCancel
       4s))
       << description;
   EXPECT_THAT(description, HasSubstr("Migration:   node-b, asked "));
+  EXPECT_THAT(cnlab("ps --all").second, HasSubstr("Running (moving)"));
   call(*admin_, "POST", "/v1/jobs/" + id + "/cancel", 200);
   const Json ended = wait_for_end(id, 60s);
   EXPECT_EQ(ended["status"]["phase"], "Cancelled") << ended.dump();

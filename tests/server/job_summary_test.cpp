@@ -122,6 +122,33 @@ TEST_F(JobSummaryTest, PhaseUserAndLabelFiltersSelectAsInTheFullView) {
   EXPECT_THAT(names(summary(*alice, "&labelSelector=cnlab.io%2Fname%3Dother")), IsEmpty());
 }
 
+TEST_F(JobSummaryTest, AJobBeingMovedOrCancelledSaysSo) {
+  auto node_1 = server_->client(register_peer("gpu-1"));
+  auto node_2 = server_->client(register_peer("gpu-2"));
+  Json body = job_body("default", "none", {"sleep", "100"});
+  body["spec"]["checkpointable"] = true;
+  const std::string id = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
+  ASSERT_TRUE(wait_for_phase(*admin_, id, "Scheduled"));
+  const std::string from = get_job(*admin_, id)["status"]["placement"][0]["node"];
+  call(from == "gpu-1" ? *node_1 : *node_2, "PUT", "/v1/jobs/" + id + "/status", 200, {{"phase", "Running"}});
+  auto item = [&] {
+    const Json list = summary(*admin_);
+    for (const auto& it : list["items"]) {
+      if (it["name"] == id) return it;
+    }
+    return Json::object();
+  };
+  EXPECT_FALSE(item().contains("moving_to")) << item().dump();
+  EXPECT_FALSE(item().contains("cancelling"));
+
+  const std::string to = from == "gpu-1" ? "gpu-2" : "gpu-1";
+  call(*admin_, "POST", "/v1/jobs/" + id + "/migrate", 202, {{"to", to}});
+  EXPECT_EQ(item().value("moving_to", "?"), to) << item().dump();
+  call(*admin_, "POST", "/v1/jobs/" + id + "/cancel", 200);
+  EXPECT_EQ(item().value("cancelling", false), true) << item().dump();
+  EXPECT_EQ(item()["phase"], "Running");
+}
+
 TEST_F(JobSummaryTest, AnUnsupportedSelectorOrPagingIsRefusedSayingWhatIsAllowed) {
   auto refused = admin_->request("GET", "/v1/jobs?view=summary&fieldSelector=spec.gpu%3Dl4");
   ASSERT_EQ(refused->status, 400);
