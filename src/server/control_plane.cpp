@@ -56,7 +56,7 @@ class ControlPlaneImpl final : public ControlPlane {
     lifecycle_ = std::make_unique<NodeLifecycle>(*store_, *cache_, config_, system_now, [this] { loop_->wake(); });
     idle_reclaim_ = std::make_unique<IdleReclaim>(*store_, *cache_, config_.idle_reclaim_after, system_now);
     migrations_ = std::make_unique<MigrationWatch>(*store_, *cache_, config_.migration_timeout, config_.checkpoint_every,
-                                                   system_now, [this] { loop_->wake(); });
+                                                   system_now, [this] { loop_->wake(); }, metrics_.migrations);
     metrics_.on_render([this] { refresh_gauges(); });
 
     // What an upload cut off by a crash left on its way in.
@@ -130,10 +130,13 @@ class ControlPlaneImpl final : public ControlPlane {
     metrics_.nodes.clear();
     cache_->read([&](const ObjectCache& c) {
       std::map<std::pair<std::string, std::string>, double> jobs;
+      double migrating = 0;
       c.jobs.for_each([&](const std::string&, const model::Job& job, int64_t) {
         jobs[{std::string(to_string(job.status.phase)), job.spec.priority_class}] += 1;
+        if (job.status.migration) migrating += 1;
       });
       for (const auto& [key, count] : jobs) metrics_.jobs.set({{"phase", key.first}, {"class", key.second}}, count);
+      metrics_.jobs_migrating.set({}, migrating);
       // Allocated: held by jobs anywhere. Free: on schedulable nodes' healthy GPUs, not held.
       std::map<std::string, double> allocated, free, nodes;
       c.nodes.for_each([&](const std::string& name, const model::Node& node, int64_t) {

@@ -592,9 +592,12 @@ net::Response Api::report_job_status(const Call& call) {
   if (run_lost) detail["requeue"] = true;
   Json audit = audit_record(call, "jobs.status", id, "ok", detail);
   std::optional<double> start_latency;
+  std::pair<std::string, std::string> move_ended;  // a move that ended: its outcome and, migrated, its mode
+  int64_t move_pause_ms = 0;
   auto updated = update_job(
       ctx_.store, &ctx_.cache, id,
       [&](model::Job& job) -> Result<bool> {
+        move_ended = {};  // this try's, not an earlier one's that lost a race
         if (!holds_gpus(job.status.phase) || !bound_to(job, call.caller.node)) {
           return Error::of(ErrorCode::kConflict, "job", id,
                            "the job is " + std::string(to_string(job.status.phase)) + ", not bound to this node");
@@ -608,6 +611,7 @@ net::Response Api::report_job_status(const Call& call) {
         if (migration_target && to->second != model::JobPhase::kRunning) {
           // The target could not restore it: the source, still holding it frozen, thaws it.
           roll_back_migration(job, call.now, "node " + call.caller.node + " could not restore it: " + message);
+          move_ended = {"given_up", ""};
           return true;
         }
         if (run_lost) {
@@ -616,6 +620,7 @@ net::Response Api::report_job_status(const Call& call) {
         }
         if (!migration_failed.empty() && job.status.migration && job.status.migration->from.empty()) {
           job.status.migration.reset();
+          move_ended = {"given_up", ""};
           job.status.events.push_back(event(model::JobEventType::kMigrationFailed, call.now,
                                             "node " + call.caller.node + " could not hand it over: " + migration_failed +
                                                 "; it carries on on " + call.caller.node));
@@ -679,6 +684,8 @@ net::Response Api::report_job_status(const Call& call) {
           job.status.phase = model::JobPhase::kRunning;
           job.status.attempts += 1;  // a new attempt: its node numbers its log lines afresh
           job.status.attempt_nodes = {call.caller.node};
+          move_ended = {"migrated", move.pages_from.empty() ? "stop-and-copy" : "post-copy"};
+          move_pause_ms = std::max<int64_t>(0, pause_ms);
           job.status.events.push_back(event(model::JobEventType::kMigrated, call.now,
                                             fmt::format("migrated from {} to {}{}; paused {} ms{}", move.from,
                                                         call.caller.node, move.pages_from.empty() ? "" : " (post-copy)",
@@ -738,6 +745,10 @@ net::Response Api::report_job_status(const Call& call) {
       audit.dump());
   if (!updated) return error_response(updated.error());
   if (start_latency) ctx_.metrics.submit_to_start.observe({}, *start_latency);
+  if (!move_ended.first.empty()) {
+    ctx_.metrics.migrations.inc({{"outcome", move_ended.first}});
+    if (!move_ended.second.empty()) ctx_.metrics.migration_pause.observe({{"mode", move_ended.second}}, move_pause_ms / 1000.0);
+  }
   ctx_.wake_scheduler();
   auto now_cached = ctx_.cache.read([&](const ObjectCache& c) { return c.jobs.get(id); });
   return json_response(200, job_json(*now_cached.object));

@@ -123,7 +123,12 @@ Metrics::Metrics()
       nodes(gauge("cnlab_nodes", "Nodes by phase")),
       power_down_candidates(gauge("cnlab_nodes_power_down_candidates",
                                   "Nodes the scheduler found idle for its power_down_after, nothing reserved on them")),
-      watchers(gauge("cnlab_watch_streams", "Open watch and log-follow streams")) {}
+      watchers(gauge("cnlab_watch_streams", "Open watch and log-follow streams")),
+      migrations(counter("cnlab_migrations_total", "Live migrations ended, by outcome (migrated, given_up)")),
+      migration_pause(histogram("cnlab_migration_pause_seconds",
+                                "How long a migrated job was frozen, from its source's dump to running on its target",
+                                {0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300})),
+      jobs_migrating(gauge("cnlab_jobs_migrating", "Jobs with a live migration under way")) {}
 
 MetricFamily& Metrics::add(std::unique_ptr<MetricFamily> family) {
   std::lock_guard lock(mutex_);

@@ -75,6 +75,9 @@ class Metrics {
   MetricFamily& nodes;             // cnlab_nodes{phase}
   MetricFamily& power_down_candidates;  // cnlab_nodes_power_down_candidates
   MetricFamily& watchers;          // cnlab_watch_streams
+  MetricFamily& migrations;        // cnlab_migrations_total{outcome}: migrated, given_up
+  MetricFamily& migration_pause;   // cnlab_migration_pause_seconds{mode}: post-copy, stop-and-copy
+  MetricFamily& jobs_migrating;    // cnlab_jobs_migrating: moves under way
 
  private:
   MetricFamily& add(std::unique_ptr<MetricFamily> family);

@@ -205,13 +205,14 @@ std::string migration_target_refusal(const model::Job& job, const model::Node& s
 
 MigrationWatch::MigrationWatch(store::Store& store, ObjectCache& cache, Duration timeout,
                                std::map<std::string, Duration> checkpoint_every, std::function<Time()> clock,
-                               std::function<void()> wake_scheduler)
+                               std::function<void()> wake_scheduler, MetricFamily& migrations)
     : store_(store),
       cache_(cache),
       timeout_(timeout),
       checkpoint_every_(std::move(checkpoint_every)),
       clock_(std::move(clock)),
-      wake_scheduler_(std::move(wake_scheduler)) {}
+      wake_scheduler_(std::move(wake_scheduler)),
+      migrations_(migrations) {}
 
 MigrationWatch::~MigrationWatch() { stop(); }
 
@@ -272,6 +273,7 @@ void MigrationWatch::check_once() {
       spdlog::error("migration check failed job=\"{}\" error=\"{}\"", id, updated.error().to_string());
     } else if (*updated) {
       spdlog::warn("migration given up job=\"{}\" reason=\"{}\"", id, why);
+      migrations_.inc({{"outcome", "given_up"}});
       rebound = true;
     }
   }

@@ -17,6 +17,7 @@
 
 #include "model/job.h"
 #include "model/mig_layout.h"
+#include "server/metrics.h"
 #include "server/object_cache.h"
 #include "server/periodic.h"
 #include "store/store.h"
@@ -69,8 +70,9 @@ std::string migration_target_refusal(const model::Job& job, const model::Node& s
 class MigrationWatch {
  public:
   // `checkpoint_every`: priority class -> interval of its periodic checkpoints (none: never).
+  // Each move it gives up counts in `migrations` (cnlab_migrations_total{outcome="given_up"}).
   MigrationWatch(store::Store& store, ObjectCache& cache, Duration timeout, std::map<std::string, Duration> checkpoint_every,
-                 std::function<Time()> clock, std::function<void()> wake_scheduler);
+                 std::function<Time()> clock, std::function<void()> wake_scheduler, MetricFamily& migrations);
   ~MigrationWatch();
   void start(std::chrono::milliseconds period = std::chrono::seconds(1));
   void stop();
@@ -83,6 +85,7 @@ class MigrationWatch {
   std::map<std::string, Duration> checkpoint_every_;
   std::function<Time()> clock_;
   std::function<void()> wake_scheduler_;
+  MetricFamily& migrations_;
   Periodic periodic_;
 };
 

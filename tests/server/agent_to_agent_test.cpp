@@ -129,6 +129,14 @@ class MigrationProgressTest : public AgentToAgentTest {
     from_ = get_job(*admin_, id_)["status"]["placement"][0]["node"];
   }
 
+  // The value of one series on the server's /metrics; -1 when it is not there.
+  double metric(const std::string& series) {
+    auto scraped = server_->client("")->request("GET", "/metrics");
+    const std::string text = scraped ? "\n" + scraped->body : "";
+    const size_t at = text.find("\n" + series + " ");
+    return at == std::string::npos ? -1.0 : std::stod(text.substr(at + series.size() + 2));
+  }
+
   std::unique_ptr<net::Client> node_1_, node_2_;
   std::map<std::string, std::string> tokens_;  // each node's token
   std::string id_, from_;
@@ -202,6 +210,7 @@ TEST_F(MigrationProgressTest, ATargetThatKeepsSayingItIsRestoringOutlastsTheTime
 
   // Silent from now on: given up, and the job carries on on the source.
   ASSERT_TRUE(eventually([&] { return !get_job(*admin_, id)["status"].contains("migration"); }, std::chrono::seconds(10)));
+  EXPECT_EQ(metric("cnlab_migrations_total{outcome=\"given_up\"}"), 1);
   Json given_up = get_job(*admin_, id);
   EXPECT_EQ(given_up["status"]["placement"][0]["node"], from);
   EXPECT_THAT(given_up["status"]["events"].back()["reason"].get<std::string>(),
@@ -238,6 +247,38 @@ TEST_F(MigrationProgressTest, TheAgentsReporterHearsWhenTheServerNoLongerWaitsFo
   // The source's word, when no move is asked for, is refused the same way.
   agent::MigrationProgress stray(server, tokens_[from], id, std::chrono::milliseconds(100));
   EXPECT_TRUE(eventually([&] { return stray.refused(); }, std::chrono::seconds(5)));
+}
+
+// cnlab_migrations_total{outcome}, cnlab_migration_pause_seconds{mode} and cnlab_jobs_migrating on
+// the server's /metrics, through a move that ends migrated and one its source gives up.
+TEST_F(MigrationProgressTest, MovesAreCountedByOutcomeWithTheirPause) {
+  ASSERT_NO_FATAL_FAILURE(submit_on_one_of_two());
+  const std::string id = id_, from = from_;
+  const std::string to = from == "gpu-1" ? "gpu-2" : "gpu-1";
+  net::Client& source = from == "gpu-1" ? *node_1_ : *node_2_;
+  net::Client& target = from == "gpu-1" ? *node_2_ : *node_1_;
+  call(source, "PUT", "/v1/jobs/" + id + "/status", 200, {{"phase", "Running"}});
+  EXPECT_EQ(metric("cnlab_jobs_migrating"), 0);
+  call(*admin_, "POST", "/v1/jobs/" + id + "/migrate", 202, {{"to", to}});
+  EXPECT_EQ(metric("cnlab_jobs_migrating"), 1);
+  const int64_t now_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  call(source, "PUT", "/v1/jobs/" + id + "/status", 200,
+       {{"phase", "Running"},
+        {"migration_handed_over", {{"dump_digest", "sha256:" + std::string(64, 'a')}, {"frozen_at_ms", now_ms - 1500}}}});
+  call(target, "PUT", "/v1/jobs/" + id + "/status", 200, {{"phase", "Running"}});
+  EXPECT_EQ(metric("cnlab_migrations_total{outcome=\"migrated\"}"), 1);
+  EXPECT_EQ(metric("cnlab_migration_pause_seconds_count{mode=\"stop-and-copy\"}"), 1);
+  EXPECT_GE(metric("cnlab_migration_pause_seconds_sum{mode=\"stop-and-copy\"}"), 1.5) << "frozen 1.5 s before";
+  EXPECT_EQ(metric("cnlab_migration_pause_seconds_bucket{mode=\"stop-and-copy\",le=\"1\"}"), 0);
+  EXPECT_EQ(metric("cnlab_jobs_migrating"), 0);
+
+  // Back again, and given up by its source (now `to`): counted as such.
+  call(*admin_, "POST", "/v1/jobs/" + id + "/migrate", 202, {{"to", from}});
+  call(target, "PUT", "/v1/jobs/" + id + "/status", 200, {{"phase", "Running"}, {"migration_failed", "the dump failed"}});
+  EXPECT_EQ(metric("cnlab_migrations_total{outcome=\"given_up\"}"), 1);
+  EXPECT_EQ(metric("cnlab_migrations_total{outcome=\"migrated\"}"), 1);
+  EXPECT_EQ(metric("cnlab_jobs_migrating"), 0);
 }
 
 TEST_F(MigrationProgressTest, AJobHoldingAGpuIsBoundToItsTargetGpuOnTheHandOverAndToItsOwnAgainWhenTheMoveIsGivenUp) {
