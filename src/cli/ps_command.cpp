@@ -58,7 +58,11 @@ std::string nodes_of(const Json& job) {
   auto nodes = job.find("nodes");
   if (nodes == job.end() || !nodes->is_array() || nodes->empty() || !(*nodes)[0].is_string()) return "-";
   std::string first = (*nodes)[0].get<std::string>();
-  if (nodes->size() == 1) return first;
+  if (nodes->size() == 1) {
+    // A move not yet handed over: still on its source, on its way to the target ("" for any).
+    const std::string to = job.value("moving_to", first);
+    return to == first ? first : first + " -> " + (to.empty() ? "?" : to);
+  }
   if (nodes->size() == 2 && (*nodes)[1].is_string()) return first + "," + (*nodes)[1].get<std::string>();
   return first + "+" + std::to_string(nodes->size() - 1);
 }

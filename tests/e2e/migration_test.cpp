@@ -578,7 +578,9 @@ TEST_F(MigrationTest, AJobCancelledWhileItIsDumpedForAMoveIsNotSentAndEndsCancel
       4s))
       << description;
   EXPECT_THAT(description, HasSubstr("Migration:   node-b, asked "));
-  EXPECT_THAT(cnlab("ps --all").second, HasSubstr("Running (moving)"));
+  const std::string listed = cnlab("ps --all").second;
+  EXPECT_THAT(listed, HasSubstr("Running (moving)"));
+  EXPECT_THAT(listed, HasSubstr("node-a -> node-b")) << "on its source, on its way to the target";
   call(*admin_, "POST", "/v1/jobs/" + id + "/cancel", 200);
   const Json ended = wait_for_end(id, 60s);
   EXPECT_EQ(ended["status"]["phase"], "Cancelled") << ended.dump();
