@@ -576,7 +576,14 @@ void JobRunner::supervise() {
                          taken.error().to_string());
           }
         }
-        if (checkpoint && !process_dumped_ && handle.send_checkpoint_signal()) (void)handle.wait(checkpoint_grace);
+        if (checkpoint && !process_dumped_) {
+          // No grace where nothing was told to save: a job without a handler goes straight to SIGTERM.
+          if (auto sent = handle.send_checkpoint_signal(); sent) {
+            (void)handle.wait(checkpoint_grace);
+          } else {
+            spdlog::warn("job checkpoint signal not sent job=\"{}\" error=\"{}\"", job_id_, sent.error().to_string());
+          }
+        }
         (void)handle.stop(grace);
       });
     }

@@ -111,9 +111,12 @@ Result<JobHandle::Checkpoint> JobRunner::take_process_checkpoint(JobHandle::Afte
 
 void JobRunner::checkpoint_on_request() {
   if (std::string why = transparent_refusal(); !why.empty()) {
-    note("checkpoint requested; no transparent one here (" + why +
-         "): SIGUSR1 sent, for the job to save its state into CNLAB_CHECKPOINT_DIR");
-    (void)handle_->send_checkpoint_signal();
+    const std::string asked = "checkpoint requested; no transparent one here (" + why + "): ";
+    if (auto sent = handle_->send_checkpoint_signal(); !sent) {
+      note(asked + "not taken: " + sent.error().message);
+    } else {
+      note(asked + "SIGUSR1 sent, for the job to save its state into CNLAB_CHECKPOINT_DIR");
+    }
     return;
   }
   const std::string taken_at = now_text();

@@ -58,7 +58,8 @@ std::string checkpoint_text(const Json& status, Time now) {
     return time ? *time : Time{};
   };
   const Time asked = time_of("checkpoint_requested_at"), last = time_of("last_checkpoint_at");
-  if (asked != Time{} && asked > last) {
+  // Only a running job's ask is still to be answered (a new run starts without one).
+  if (asked != Time{} && asked > last && status.value("phase", "") == "Running") {
     text += std::string(text.empty() ? "" : "; ") + (text.empty() ? "asked " : "another asked ") +
             format_age(now - asked) + " ago, not taken yet";
   }

@@ -697,6 +697,9 @@ net::Response Api::report_job_status(const Call& call) {
           job.status.phase = model::JobPhase::kRunning;
           job.status.started_at = call.now;  // the bind time until now; run time counts from here
           job.status.attempts += 1;
+          // A checkpoint asked of an earlier run is not this one's to take (it would be taken, or
+          // SIGUSR1 sent, as soon as the job starts again).
+          job.status.checkpoint_requested_at.reset();
           job.status.attempt_nodes.clear();
           for (const auto& binding : job.status.placement) job.status.attempt_nodes.push_back(binding.node);
           // The agent may say how it started ("resumed from checkpoint sha256:...").

@@ -219,5 +219,18 @@ TEST_F(MigrateApiTest, OnlyARunningCheckpointableJobMoves) {
   EXPECT_THAT(call(*admin_, "POST", "/v1/jobs/" + plain + "/checkpoint", 422).dump(), HasSubstr("not checkpointable"));
 }
 
+TEST_F(MigrateApiTest, ACheckpointAskedOfAnEarlierRunIsNotAskedOfTheNext) {
+  std::string id = running_job(1000);
+  Json asked = call(*admin_, "POST", "/v1/jobs/" + id + "/checkpoint", 202);
+  ASSERT_TRUE(asked["status"].contains("checkpoint_requested_at")) << asked.dump();
+  // Its run is lost before the agent took it: the job goes back to the queue and runs again.
+  call(*source_, "PUT", "/v1/jobs/" + id + "/status", 200,
+       {{"phase", "Failed"}, {"requeue", true}, {"message", "its memory did not all arrive"}});
+  ASSERT_TRUE(wait_for_phase(*admin_, id, "Scheduled"));
+  Json again = call(*source_, "PUT", "/v1/jobs/" + id + "/status", 200, {{"phase", "Running"}});
+  EXPECT_EQ(again["status"]["attempts"], 2) << again.dump();
+  EXPECT_FALSE(again["status"].contains("checkpoint_requested_at")) << again.dump();
+}
+
 }  // namespace
 }  // namespace cnlab::server::test_support

@@ -579,25 +579,91 @@ Status JobHandle::signal(int sig) const {
   return send_control(*record_, fmt::format("signal {}", sig));
 }
 
-Status JobHandle::send_checkpoint_signal() const { return signal(SIGUSR1); }
-
 namespace {
+
+// The children of every thread of `pid`.
+std::vector<pid_t> children_of(pid_t pid) {
+  std::vector<pid_t> pids;
+  std::error_code ec;
+  for (const auto& task : fs::directory_iterator(fmt::format("/proc/{}/task", pid), ec)) {
+    auto children = cgroups::read_file(task.path() / "children");
+    if (!children) continue;
+    for (auto child : split(trim(*children), ' ')) {
+      if (auto child_pid = parse_int(child, "pid")) pids.push_back(static_cast<pid_t>(*child_pid));
+    }
+  }
+  return pids;
+}
 
 // The init of a job's PID namespace and every process below it.
 std::vector<pid_t> tree_of(pid_t root) {
   std::vector<pid_t> pids{root};
   for (size_t i = 0; i < pids.size(); ++i) {
-    std::error_code ec;
-    for (const auto& task : fs::directory_iterator(fmt::format("/proc/{}/task", pids[i]), ec)) {
-      auto children = cgroups::read_file(task.path() / "children");
-      if (!children) continue;
-      for (auto child : split(trim(*children), ' ')) {
-        if (auto pid = parse_int(child, "pid")) pids.push_back(static_cast<pid_t>(*pid));
-      }
-    }
+    for (pid_t child : children_of(pids[i])) pids.push_back(child);
   }
   return pids;
 }
+
+// Sends `sig` to `pid`, a child of `parent`, if that process has a handler for it (SigCgt in its
+// status); false where it has none, or has gone. Through a pidfd, so that a pid reused meanwhile
+// is never signalled: the status read names the pidfd's process while it lives.
+bool signal_if_caught(pid_t pid, pid_t parent, int sig) {
+  const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (fd < 0) return false;
+  bool sent = false;
+  const auto status = cgroups::read_file(fmt::format("/proc/{}/status", pid));
+  const auto field = [&](std::string_view name) -> std::string {
+    const size_t at = status ? status->find(fmt::format("\n{}:\t", name)) : std::string::npos;
+    if (at == std::string::npos) return "";
+    const size_t from = at + name.size() + 3;
+    return status->substr(from, status->find('\n', from) - from);
+  };
+  const std::string caught = field("SigCgt");
+  if (field("PPid") == std::to_string(parent) && !caught.empty()) {
+    const uint64_t mask = std::strtoull(caught.c_str(), nullptr, 16);
+    if ((mask >> (sig - 1)) & 1) sent = ::syscall(SYS_pidfd_send_signal, fd, sig, nullptr, 0) == 0;
+  }
+  ::close(fd);
+  return sent;
+}
+
+}  // namespace
+
+// The outermost processes of the job that catch SIGUSR1, so that a wrapper (`sh run.sh`) does not
+// keep the signal from the program it starts, and a program's own workers (forked with its
+// handler) do not save a second time. SIGUSR1's default action ends a process: one without a
+// handler is never sent it.
+Status JobHandle::send_checkpoint_signal() const {
+  const JobRecord& record = *record_;
+  if (status_of(record).state != JobState::kRunning || record.job_pid <= 0) {
+    return Error::failed_precondition("job " + record.job_id + " is not running");
+  }
+  std::vector<std::pair<pid_t, pid_t>> pending;  // (pid, its parent)
+  if (record.namespaces) {
+    for (pid_t child : children_of(record.job_pid)) pending.emplace_back(child, record.job_pid);
+  } else if (auto stat = jobfiles::read_proc_stat(record.job_pid)) {
+    pending.emplace_back(record.job_pid, stat->ppid);
+  }
+  int sent = 0;
+  while (!pending.empty()) {
+    const auto [pid, parent] = pending.back();
+    pending.pop_back();
+    if (signal_if_caught(pid, parent, SIGUSR1)) {
+      ++sent;
+      continue;
+    }
+    for (pid_t child : children_of(pid)) pending.emplace_back(child, pid);
+  }
+  if (sent == 0) {
+    return Error::failed_precondition("no process of job " + record.job_id +
+                                      " handles SIGUSR1, the checkpoint signal, so none was sent (it would have "
+                                      "ended the job); a job saves its own state only if it catches it");
+  }
+  spdlog::info("job checkpoint signal sent job=\"{}\" processes={}", record.job_id, sent);
+  return {};
+}
+
+namespace {
 
 // The processes of a job that may hold a CUDA context: the tree but the namespace's init (the
 // runtime's own), and only those that see a GPU (cuda::may_hold_context), so that a job without

@@ -187,7 +187,10 @@ class JobHandle {
   // Sends `sig` to the job's command (through the init of its PID namespace, which forwards it;
   // without namespaces, straight to the command). Failed precondition once the job has ended.
   Status signal(int sig) const;
-  // SIGUSR1, the checkpoint signal: a job that handles it saves its state.
+  // SIGUSR1, the checkpoint signal: a job that handles it saves its state. Sent to the job's
+  // outermost processes that have a handler for it (a wrapper shell's program, not its workers);
+  // never to one without (the default action would end it). Failed precondition where no process
+  // handles it, or the job has ended.
   Status send_checkpoint_signal() const;
 
   // Dumps the job's whole process tree (its PID namespace: memory, threads, signals, open files

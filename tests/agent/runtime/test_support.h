@@ -62,6 +62,29 @@ inline ProcessSpec shell_job(const fs::path& job_dir, std::string script) {
   return spec;
 }
 
+// A wrapper shell that does not handle SIGUSR1 around a Python program that does, and that forks
+// a worker inheriting its handler. On SIGUSR1 the one that gets it prints "saved by main" or
+// "saved by worker"; the program then ends and the wrapper prints "wrapper-after".
+inline ProcessSpec checkpoint_signal_job(const fs::path& job_dir) {
+  ProcessSpec spec = shell_job(job_dir, "");
+  spec.argv = {"/bin/sh", "-c", "python3 -c \"$0\"; echo wrapper-after",
+               "import os, signal, sys, time\n"
+               "main = os.getpid()\n"
+               "def saved(*_):\n"
+               "    print('saved by', 'main' if os.getpid() == main else 'worker', flush=True)\n"
+               "    if os.getpid() == main:\n"
+               "        os.kill(worker, signal.SIGKILL)\n"
+               "        sys.exit(0)\n"
+               "signal.signal(signal.SIGUSR1, saved)\n"
+               "worker = os.fork()\n"
+               "if worker == 0:\n"
+               "    time.sleep(30)\n"
+               "    os._exit(0)\n"
+               "print('ready', flush=True)\n"
+               "time.sleep(30)\n"};
+  return spec;
+}
+
 // Reads the job's output until it has exited and the file is drained, or `timeout` passes.
 inline std::vector<OutputLine> collect(const JobHandle& job, OutputReader& reader,
                                        std::chrono::milliseconds timeout = 15s) {
