@@ -614,6 +614,7 @@ void JobRunner::supervise() {
         handled_checkpoint_request_ = requested;
         checkpoint_on_request();
       }
+      if (save_watch_) upload_when_saved();
     }
     if (reader && !ship_logs(*reader, false)) request_stop(StopReason::kGone);
     if (pulling_pages_ && fs::exists(dir_ / "process" / "images" / kPagesNotPulledFile)) {

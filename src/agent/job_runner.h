@@ -42,6 +42,7 @@
 #include "agent/node_certificate.h"
 #include "agent/page_tunnel.h"
 #include "agent/runtime/runtime.h"
+#include "agent/save_watch.h"
 #include "agent/server_api.h"
 #include "model/job.h"
 
@@ -199,6 +200,9 @@ class JobRunner {
   // A checkpoint was requested: a process one (the job frozen meanwhile), or SIGUSR1 to a job
   // that saves its own.
   void checkpoint_on_request();
+  // Uploads CNLAB_CHECKPOINT_DIR as a `files` checkpoint once the job's save that save_watch_
+  // waits for is done, or notes that it saved nothing.
+  void upload_when_saved();
   // The source's side of a migration; returns once the job runs elsewhere (then it is stopped
   // here) or is back here (thawed).
   void migrate_out(OutputReader* reader, const model::Migration& move);
@@ -262,6 +266,8 @@ class JobRunner {
   std::string start_note_;        // how it started (its checkpoint), sent with the Running report
   std::string restored_kind_;     // the kind of checkpoint restore_checkpoint put in place ("" none)
   std::optional<Time> handled_checkpoint_request_;
+  // After SIGUSR1 on a request: the job's own save, uploaded once it is done (upload_when_saved).
+  std::optional<SaveWatch> save_watch_;
   std::optional<Time> handled_migration_;      // the requested_at of the latest migration acted on
   // The job as the server has it now, not only as this node saved it: an adopted runner's copy may
   // name a migration or checkpoint request the server has since ended (a requeue while the agent

@@ -31,6 +31,8 @@ constexpr const char* kProcessMeta = "process.json";
 constexpr const char* kCarried[] = {"work", "artifacts", "checkpoint"};
 constexpr auto kMigrationOutcomeWait = 15min;  // beyond the server's --migration-timeout
 constexpr auto kPagesServedWait = 30min;       // for a post-copy target to pull every page
+// A job's own save is taken as done once its CNLAB_CHECKPOINT_DIR has been still this long.
+constexpr auto kSaveQuiet = std::chrono::milliseconds(1s);
 
 std::string now_text() {
   return format_rfc3339(std::chrono::time_point_cast<std::chrono::seconds>(std::chrono::system_clock::now()));
@@ -112,11 +114,14 @@ Result<JobHandle::Checkpoint> JobRunner::take_process_checkpoint(JobHandle::Afte
 void JobRunner::checkpoint_on_request() {
   if (std::string why = transparent_refusal(); !why.empty()) {
     const std::string asked = "checkpoint requested; no transparent one here (" + why + "): ";
+    // What the directory holds before the signal, so that only the save it asks for counts.
+    SaveWatch watch(dir_ / "checkpoint", context_.checkpoint_grace, kSaveQuiet, std::chrono::steady_clock::now());
     if (auto sent = handle_->send_checkpoint_signal(); !sent) {
       note(asked + "not taken: " + sent.error().message);
-    } else {
-      note(asked + "SIGUSR1 sent, for the job to save its state into CNLAB_CHECKPOINT_DIR");
+      return;
     }
+    note(asked + "SIGUSR1 sent, for the job to save its state into CNLAB_CHECKPOINT_DIR");
+    save_watch_ = std::move(watch);
     return;
   }
   const std::string taken_at = now_text();
@@ -130,6 +135,23 @@ void JobRunner::checkpoint_on_request() {
   spdlog::info("job periodic checkpoint job=\"{}\" digest=\"{}\" pause_ms={} bytes={}", job_id_, digest,
                taken->pause.count(), taken->bytes);
   (void)safe_remove_tree((dir_ / "process").string());
+}
+
+void JobRunner::upload_when_saved() {
+  const SaveWatch::State state = save_watch_->poll(std::chrono::steady_clock::now());
+  if (state == SaveWatch::State::kWaiting) return;
+  const fs::path saved = save_watch_->dir();
+  save_watch_.reset();
+  std::error_code ec;
+  if (state == SaveWatch::State::kNothingSaved || fs::is_empty(saved, ec)) {
+    note(fmt::format("checkpoint not taken: the job saved nothing into CNLAB_CHECKPOINT_DIR within {} of SIGUSR1 "
+                     "(the agent's --checkpoint-grace)",
+                     format_duration(std::chrono::duration_cast<Duration>(context_.checkpoint_grace))));
+    return;
+  }
+  const std::string digest = upload_checkpoint(saved, now_text(), {{"Checkpoint-Kind", "files"}});
+  note(digest.empty() ? "checkpoint saved by the job, not uploaded (the agent's log says why)"
+                      : "checkpoint saved by the job and uploaded: " + digest);
 }
 
 Result<HostPort> JobRunner::peer_endpoint_of(const std::string& node) {

@@ -845,16 +845,24 @@ TEST_F(GpuMigrationTest, AJobInAMigInstanceMigratesLiveIntoAnInstanceMadeForItOn
   EXPECT_EQ(layout[0]["profile"], "3g.40gb");
 }
 
-TEST_F(GpuMigrationTest, AGpuJobWithTheVgpuLibraryAttachedSavesItsOwnStateInstead) {
-  add_gpu_agent("node-a");
-  // What libcnlab-vgpu.so does at a job's first CUDA call: map the job's tenant region.
+TEST_F(GpuMigrationTest, AGpuJobWithTheVgpuLibraryAttachedSavesItsOwnStateInsteadAndItIsUploaded) {
+  add_gpu_agent("node-a", /*vgpu=*/true, {"--checkpoint-grace", "10s"});
+  // What libcnlab-vgpu.so does at a job's first CUDA call: map the job's tenant region. On
+  // SIGUSR1 it saves its step into CNLAB_CHECKPOINT_DIR and carries on.
   const std::string attach = R"(
 import mmap, os, signal, time
 f = open(os.path.join(os.environ['CNLAB_VGPU_DIR'], 'tenants', os.environ['CNLAB_VGPU_TENANT']), 'rb')
 region = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
-signal.signal(signal.SIGUSR1, lambda *_: print('saving my own state', flush=True))
+step = 0
+def save(*_):
+    with open(os.path.join(os.environ['CNLAB_CHECKPOINT_DIR'], 'step'), 'w') as out:
+        out.write(str(step))
+    print('saving my own state', flush=True)
+signal.signal(signal.SIGUSR1, save)
 print('attached', flush=True)
-while True: time.sleep(0.1)
+while True:
+    step += 1
+    time.sleep(0.1)
 )";
   Json body = job_body("default", "h100", {"python3", "-u", "-c", attach});
   body["spec"]["memory_mib"] = 256;
@@ -874,8 +882,42 @@ while True: time.sleep(0.1)
       << ::testing::PrintToString(texts(logs(id))) << agents_[0]->log();
   EXPECT_TRUE(has_line("no transparent one here (the job's processes have libcnlab-vgpu.so attached"))
       << ::testing::PrintToString(texts(logs(id)));
-  EXPECT_FALSE(get_job(*admin_, id)["status"].contains("checkpoint")) << "no process checkpoint was taken";
+  // What it saved is uploaded once its directory is still: a files checkpoint, not a process one.
+  ASSERT_TRUE(eventually([&] { return get_job(*admin_, id)["status"].contains("checkpoint"); }, 20s))
+      << ::testing::PrintToString(texts(logs(id))) << agents_[0]->log();
+  const Json job = get_job(*admin_, id);
+  EXPECT_EQ(job["status"]["checkpoint"]["kind"], "files") << job.dump();
+  EXPECT_EQ(job["status"]["phase"], "Running") << "saving did not end it";
+  ASSERT_TRUE(eventually([&] { return has_line("checkpoint saved by the job and uploaded: sha256:"); }, 10s))
+      << ::testing::PrintToString(texts(logs(id)));
+  auto [described, description] = cnlab("describe " + id);
+  EXPECT_THAT(description, HasSubstr("Checkpoint:  files, ")) << description;
+  EXPECT_THAT(description, Not(HasSubstr("not taken yet"))) << "the upload answers the request";
   cancel_and_wait(id);
+}
+
+TEST_F(GpuMigrationTest, AJobThatDoesNotHandleTheCheckpointSignalIsNotSentItAndRunsOn) {
+  add_gpu_agent("node-a", /*vgpu=*/true, {"--criu", "none"});  // no transparent checkpoint here
+  Json body = job_body("default", "h100", {"python3", "-u", "-c", "import time\nprint('up', flush=True)\ntime.sleep(600)"});
+  body["spec"]["memory_mib"] = 256;
+  body["spec"]["checkpointable"] = true;
+  std::string id = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
+  ASSERT_TRUE(eventually([&] { return !texts(logs(id)).empty(); }, 20s)) << agents_[0]->log();
+  auto [code, said] = cnlab("checkpoint " + id);
+  EXPECT_EQ(code, 0) << said;
+  auto has_line = [&](const std::string& text) {
+    const auto lines = texts(logs(id));
+    return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) { return l.find(text) != std::string::npos; });
+  };
+  ASSERT_TRUE(eventually([&] { return has_line("handles SIGUSR1, the checkpoint signal, so none was sent"); }, 20s))
+      << ::testing::PrintToString(texts(logs(id))) << agents_[0]->log();
+  // SIGUSR1 would have killed it at once, and its agent would have said so within a second.
+  EXPECT_FALSE(eventually([&] { return get_job(*admin_, id)["status"]["phase"] != "Running"; }, 2s));
+  auto [asked, while_running] = cnlab("describe " + id);
+  EXPECT_THAT(while_running, HasSubstr("not taken yet")) << while_running;
+  cancel_and_wait(id);
+  auto [ended, after] = cnlab("describe " + id);
+  EXPECT_THAT(after, Not(HasSubstr("not taken yet"))) << "an ended job's ask is not pending";
 }
 
 }  // namespace
