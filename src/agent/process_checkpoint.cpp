@@ -184,12 +184,15 @@ void JobRunner::migrate_out(OutputReader* reader, const model::Migration& move) 
   // Until the hand-over the server hears that this node is still at it, however long that takes.
   std::optional<MigrationProgress> progress;
   // Dumped but not handed over: it runs on here.
-  auto abandon = [&](const std::string& why) {
+  auto keep_here = [&] {
     progress.reset();
     (void)safe_remove_tree((dir_ / "process").string());
     lazy.reset();
     (void)handle_->thaw();
     migrating_out_ = false;
+  };
+  auto abandon = [&](const std::string& why) {
+    keep_here();
     give_up(why);
   };
   // The job is no longer this node's (the target runs it, or it was taken off meanwhile): the frozen
@@ -198,6 +201,39 @@ void JobRunner::migrate_out(OutputReader* reader, const model::Migration& move) 
     migrated_away_ = true;
     migrating_out_ = false;
     request_stop(StopReason::kGone);
+  };
+  // Whether the server still waits for this move. It gives a move up when this node says nothing
+  // of it past --migration-timeout (the server restarted, or did not hear the progress), and takes
+  // a job off a node; the node's watch shows the first, a refused word of progress either.
+  enum class Move { kOn, kRolledBack, kTakenOff };
+  auto move_now = [&]() -> Move {
+    bool cleared;
+    {
+      std::lock_guard lock(mutex_);
+      cleared = !job_.status.migration || job_.status.migration->requested_at != move.requested_at;
+    }
+    if (!cleared && !progress->refused()) return Move::kOn;
+    auto job = api_.call("GET", "/v1/jobs/" + job_id_);
+    if (!job) return job.error().code == ErrorCode::kNotFound ? Move::kTakenOff : Move::kOn;  // unsure: the hand-over decides
+    auto decoded = model::job_from_json(*job);
+    if (!decoded || (decoded->status.migration && decoded->status.migration->requested_at == move.requested_at)) {
+      return Move::kOn;
+    }
+    const auto& placement = decoded->status.placement;
+    const bool here = std::any_of(placement.begin(), placement.end(), [&](const auto& b) { return b.node == context_.node; });
+    return here && decoded->status.phase == model::JobPhase::kRunning ? Move::kRolledBack : Move::kTakenOff;
+  };
+  // Given up meanwhile: nothing more is sent. Rolled back, the job runs on here; taken off the
+  // node, its frozen copy is stale and is stopped, as at a hand-over the server no longer takes.
+  auto drop = [&](Move now) {
+    spdlog::warn("job migration dropped job=\"{}\": the server no longer waits for it ({}); nothing more is sent", job_id_,
+                 now == Move::kRolledBack ? "given up, the job runs on here" : "the job was taken off this node");
+    if (now == Move::kRolledBack) return keep_here();
+    progress.reset();
+    (void)safe_remove_tree((dir_ / "process").string());
+    (void)handle_->signal(SIGKILL);
+    lazy.reset();
+    let_go();
   };
   if (std::string why = transparent_refusal(); !why.empty()) return give_up(why);
   if (!context_.node_tls) return give_up("this node has no node certificate, which live migrations need");
@@ -225,6 +261,7 @@ void JobRunner::migrate_out(OutputReader* reader, const model::Migration& move) 
   // is stopped here as any cancelled job is.
   const std::string cancelled_meanwhile = "the job was cancelled meanwhile";
   if (cancelling()) return abandon(cancelled_meanwhile);
+  if (Move now = move_now(); now != Move::kOn) return drop(now);
   // What it printed before the freeze goes into its log before anything the target prints: shipped
   // while the dump goes out (the pause counts both), done before the hand-over. The output the
   // shim had yet to write reaches the reader within the first 50 ms.
@@ -250,6 +287,7 @@ void JobRunner::migrate_out(OutputReader* reader, const model::Migration& move) 
   auto parts = (*sender)->send_parts(job_id_, dir_ / "process");
   if (!parts) return abandon("node " + move.to + " did not take its dump: " + parts.error().message);
   if (cancelling()) return abandon(cancelled_meanwhile);
+  if (Move now = move_now(); now != Move::kOn) return drop(now);
   const auto packing = std::chrono::steady_clock::now();
   auto packed = pack_checkpoint(dir_ / "process", kMaxMigrationDumpBytes, 0);
   (void)safe_remove_tree((dir_ / "process").string());

@@ -590,6 +590,36 @@ TEST_F(MigrationTest, AJobCancelledWhileItIsDumpedForAMoveIsNotSentAndEndsCancel
   EXPECT_EQ(job_processes_under(id, source.data_dir()), 0u);
 }
 
+// A move the server gave up while its source still dumped (the source's word of progress came
+// less often than the 4 s timeout, as when the server does not hear it) is not sent: the source
+// sees the rollback and thaws the job, instead of sending the dump to a target that will never
+// run it. The dump is held for 8 s on purpose (tests/fakes/held_criu.h).
+TEST_F(MigrationTest, AMoveGivenUpWhileItsSourceDumpsIsNotSentAndTheJobRunsOnThere) {
+  const fs::path criu_dir = held_criu_dir();
+  AgentProcess& source = add_agent("node-a", "h100", {"--criu", held_criu(), "--migration-progress-every", "6s"});
+  std::string id = submit_counter(0);
+  ASSERT_TRUE(eventually([&] { return last_tick(id) >= 5; }, 20s)) << source.log();
+  AgentProcess& target = add_agent("node-b", "h100");
+  test_fakes::hold_criu_command(criu_dir, "dump", 8);
+
+  call(*admin_, "POST", "/v1/jobs/" + id + "/migrate", 202, {{"to", "node-b"}});
+  ASSERT_TRUE(eventually([&] { return fs::exists(criu_dir / "held"); }, 20s)) << events(id) << source.log();
+  ASSERT_TRUE(eventually([&] { return has_event(id, "MigrationFailed"); }, 20s)) << events(id);
+  EXPECT_THAT(events(id), HasSubstr("migration given up: its node"));
+  ASSERT_TRUE(eventually([&] { return source.log().find("job migration dropped job=\"" + id + "\"") != std::string::npos; },
+                         20s))
+      << source.log();
+  const int at = last_tick(id);
+  ASSERT_TRUE(eventually([&] { return last_tick(id) >= at + 10; }, 20s)) << "thawed on the source" << source.log();
+  EXPECT_EQ(placed_on(id), "node-a");
+  EXPECT_EQ(get_job(*admin_, id)["status"]["phase"], "Running");
+  EXPECT_FALSE(has_event(id, "Migrated")) << events(id);
+  EXPECT_THAT(source.log(), Not(HasSubstr("migration dump sent"))) << "nothing was sent for the move given up";
+  EXPECT_EQ(job_processes_under(id, target.data_dir()), 0u);
+  expect_unbroken(ticks(texts(logs(id))), at + 10);
+  cancel_and_wait(id);
+}
+
 TEST_F(MigrationTest, ATargetThatDiesMidMigrationLeavesTheJobRunningOnTheSource) {
   add_agent("node-a", "h100");
   add_agent("node-b", "h100");
