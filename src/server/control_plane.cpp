@@ -11,6 +11,7 @@
 #include "server/blob_files.h"
 #include "server/idle_reclaim.h"
 #include "server/migrations.h"
+#include "server/node_drain.h"
 #include "server/node_lifecycle.h"
 #include "server/scheduler_loop.h"
 
@@ -57,6 +58,7 @@ class ControlPlaneImpl final : public ControlPlane {
     idle_reclaim_ = std::make_unique<IdleReclaim>(*store_, *cache_, config_.idle_reclaim_after, system_now);
     migrations_ = std::make_unique<MigrationWatch>(*store_, *cache_, config_.migration_timeout, config_.checkpoint_every,
                                                    system_now, [this] { loop_->wake(); }, metrics_.migrations);
+    drain_ = std::make_unique<NodeDrain>(*store_, *cache_, [this] { return loop_->hold_decisions(); }, system_now);
     metrics_.on_render([this] { refresh_gauges(); });
 
     // What an upload cut off by a crash left on its way in.
@@ -103,6 +105,7 @@ class ControlPlaneImpl final : public ControlPlane {
     }
     idle_reclaim_->start(std::max(shortest, std::chrono::milliseconds(100)));
     migrations_->start();
+    drain_->start();
     loop_->wake();
     spdlog::info("server started url=\"{}\" data_dir=\"{}\" revision={}", server_->url(), config_.data_dir, store_->revision());
     return Status::ok();
@@ -115,6 +118,7 @@ class ControlPlaneImpl final : public ControlPlane {
     stopped_ = true;
     if (idle_reclaim_) idle_reclaim_->stop();
     if (migrations_) migrations_->stop();
+    if (drain_) drain_->stop();
     if (lifecycle_) lifecycle_->stop();
     if (loop_) loop_->stop();
     if (server_) server_->stop();
@@ -176,6 +180,7 @@ class ControlPlaneImpl final : public ControlPlane {
   std::unique_ptr<NodeLifecycle> lifecycle_;
   std::unique_ptr<IdleReclaim> idle_reclaim_;
   std::unique_ptr<MigrationWatch> migrations_;
+  std::unique_ptr<NodeDrain> drain_;
   std::unique_ptr<Api> api_;
   std::unique_ptr<net::Server> server_;
   bool stopped_ = false;

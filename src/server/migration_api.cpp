@@ -16,35 +16,6 @@ bool may_act_on(const Caller& caller, const model::Job& job) {
          (job.spec.user == caller.user && caller.can(job.spec.project, auth::Action::kCancelOwn));
 }
 
-// Adds MIG instances to node `name`'s layouts (its agent creates them, as for the scheduler's
-// repartitions), compare-and-swap on the stored record, again from a fresh read when a heartbeat
-// wrote it first.
-Status add_mig_instances(store::Store& store, ObjectCache& cache, const std::string& name,
-                         const std::vector<std::pair<int, model::MigInstance>>& added, const std::string& audit) {
-  for (int attempt = 0; attempt < 8; ++attempt) {
-    auto record = store.get(kind::kNodes, name);
-    if (!record) return record.error();
-    auto node = model::node_from_json(Json::parse(record->value, nullptr, false));
-    if (!node) return node.error();
-    for (const auto& [index, instance] : added) {
-      if (index < 0 || index >= static_cast<int>(node->gpus.size())) {
-        return Error::failed_precondition(fmt::format("node {} has no GPU {}", name, index));
-      }
-      model::Gpu& gpu = node->gpus[static_cast<size_t>(index)];
-      gpu.mig_instances.push_back(instance);
-      if (auto layout = model::MigLayout::create(gpu.model, gpu.mig_instances); !layout) return layout.error();
-    }
-    node->meta.revision = 0;
-    auto committed = store.txn({store::Op::update(kind::kNodes, name, to_json(*node).dump(), record->mod_revision)}, audit);
-    if (committed) {
-      for (const auto& r : committed->records) cache.apply(r);
-      return Status::ok();
-    }
-    if (committed.error().code != ErrorCode::kConflict) return committed.error();
-  }
-  return Error::of(ErrorCode::kConflict, "node", name, "its record kept changing; ask again");
-}
-
 }  // namespace
 
 Result<Cached<model::Job>> Api::job_to_act_on(const Call& call, const std::string& action, const std::string& verb) {
@@ -106,44 +77,20 @@ net::Response Api::migrate_job(const Call& call) {
   auto no_cycle = ctx_.hold_scheduler();
   // The target: the one asked for, or the node (not the source) that can take the job with the
   // most free CPU; and the GPUs it takes there.
-  struct Target {
-    std::string node;
-    TargetGpus gpus;
-  };
-  auto chosen = ctx_.cache.read([&](const ObjectCache& c) -> Result<Target> {
+  auto chosen = ctx_.cache.read([&](const ObjectCache& c) -> Result<MigrationTarget> {
     auto from = c.nodes.get(source);
     if (!from.object) return Error::failed_precondition("job " + id + " cannot migrate: its node " + source + " is gone");
     if (std::string why = migration_refusal(seen, from.object.get()); !why.empty()) {
       return Error::failed_precondition("job " + id + " cannot migrate: " + why);
     }
     const auto room = free_room(c);
-    auto gpus_on = [&](const model::Node& node) {
-      return migration_target_gpus(seen, *from.object, node, room.at(node.meta.name));
-    };
-    if (!to.empty()) {
-      auto node = c.nodes.get(to);
-      if (!node.object) return Error::not_found("to", to, "no such node");
-      if (to == source) return Error::invalid_argument("to", to, "the job already runs there; name another node");
-      std::string why = migration_target_refusal(seen, *from.object, *node.object, room.at(to));
-      if (!why.empty()) return Error::of(ErrorCode::kFailedPrecondition, "to", to, why);
-      return Target{to, *gpus_on(*node.object)};
-    }
-    const model::Node* best = nullptr;
-    int64_t best_cpu = -1;
-    c.nodes.for_each([&](const std::string& name, const model::Node& node, int64_t) {
-      const NodeRoom& free = room.at(name);
-      if (name == source || !migration_target_refusal(seen, *from.object, node, free).empty()) return;
-      if (free.cpu_milli > best_cpu) {
-        best = &node;
-        best_cpu = free.cpu_milli;
-      }
-    });
-    if (!best) {
-      return Error::failed_precondition("no other node can take job " + id +
-                                        " (each is cordoned, not Ready, takes no migrations or lacks the CPU, "
-                                        "memory or GPUs it needs): nowhere to migrate it");
-    }
-    return Target{best->meta.name, *gpus_on(*best)};
+    if (to.empty()) return roomiest_migration_target(c, seen, *from.object, room);
+    auto node = c.nodes.get(to);
+    if (!node.object) return Error::not_found("to", to, "no such node");
+    if (to == source) return Error::invalid_argument("to", to, "the job already runs there; name another node");
+    std::string why = migration_target_refusal(seen, *from.object, *node.object, room.at(to));
+    if (!why.empty()) return Error::of(ErrorCode::kFailedPrecondition, "to", to, why);
+    return MigrationTarget{to, *migration_target_gpus(seen, *from.object, *node.object, room.at(to))};
   });
   if (!chosen) return error_response(chosen.error());
   if (!chosen->gpus.new_instances.empty()) {
@@ -166,11 +113,7 @@ net::Response Api::migrate_job(const Call& call) {
         if (std::string why = migration_refusal(job, nullptr); !why.empty()) {
           return Error::failed_precondition("job " + id + " cannot migrate: " + why);
         }
-        job.status.migration = model::Migration{chosen->node, call.now, "", std::nullopt};
-        job.status.migration->gpus = chosen->gpus.gpus;
-        job.status.events.push_back({model::JobEventType::kMigrationRequested, call.now,
-                                     fmt::format("migration from {} to {} requested by {}", source, chosen->node,
-                                                 call.caller.user)});
+        ask_to_migrate(job, *chosen, call.now, "requested by " + call.caller.user);
         return true;
       },
       audit.dump());

@@ -203,6 +203,61 @@ std::string migration_target_refusal(const model::Job& job, const model::Node& s
   return "";
 }
 
+Result<MigrationTarget> roomiest_migration_target(const ObjectCache& cache, const model::Job& job,
+                                                  const model::Node& source, const std::map<std::string, NodeRoom>& room) {
+  const model::Node* best = nullptr;
+  int64_t best_cpu = -1;
+  cache.nodes.for_each([&](const std::string& name, const model::Node& node, int64_t) {
+    const NodeRoom& free = room.at(name);
+    if (name == source.meta.name || !migration_target_refusal(job, source, node, free).empty()) return;
+    if (free.cpu_milli > best_cpu) {
+      best = &node;
+      best_cpu = free.cpu_milli;
+    }
+  });
+  if (!best) {
+    return Error::failed_precondition("no other node can take job " + job.meta.name +
+                                      " (each is cordoned, not Ready, takes no migrations or lacks the CPU, "
+                                      "memory or GPUs it needs): nowhere to migrate it");
+  }
+  return MigrationTarget{best->meta.name, *migration_target_gpus(job, source, *best, room.at(best->meta.name))};
+}
+
+void ask_to_migrate(model::Job& job, const MigrationTarget& target, Time now, const std::string& how) {
+  const std::string from = job.status.placement.empty() ? "" : job.status.placement.front().node;
+  job.status.migration = model::Migration{target.node, now, "", std::nullopt};
+  job.status.migration->gpus = target.gpus.gpus;
+  job.status.events.push_back({model::JobEventType::kMigrationRequested, now,
+                               fmt::format("migration from {} to {} {}", from, target.node, how)});
+}
+
+Status add_mig_instances(store::Store& store, ObjectCache& cache, const std::string& name,
+                         const std::vector<std::pair<int, model::MigInstance>>& added, const std::string& audit) {
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    auto record = store.get(kind::kNodes, name);
+    if (!record) return record.error();
+    auto node = model::node_from_json(Json::parse(record->value, nullptr, false));
+    if (!node) return node.error();
+    for (const auto& [index, instance] : added) {
+      if (index < 0 || index >= static_cast<int>(node->gpus.size())) {
+        return Error::failed_precondition(fmt::format("node {} has no GPU {}", name, index));
+      }
+      model::Gpu& gpu = node->gpus[static_cast<size_t>(index)];
+      gpu.mig_instances.push_back(instance);
+      if (auto layout = model::MigLayout::create(gpu.model, gpu.mig_instances); !layout) return layout.error();
+    }
+    node->meta.revision = 0;
+    auto committed = store.txn({store::Op::update(kind::kNodes, name, to_json(*node).dump(), record->mod_revision)}, audit);
+    if (committed) {
+      for (const auto& r : committed->records) cache.apply(r);
+      return Status::ok();
+    }
+    if (committed.error().code != ErrorCode::kConflict) return committed.error();
+  }
+  return Error::of(ErrorCode::kConflict, "node", name, "its record kept changing; ask again");
+}
+
+
 MigrationWatch::MigrationWatch(store::Store& store, ObjectCache& cache, Duration timeout,
                                std::map<std::string, Duration> checkpoint_every, std::function<Time()> clock,
                                std::function<void()> wake_scheduler, MetricFamily& migrations)

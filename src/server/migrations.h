@@ -67,6 +67,24 @@ Result<TargetGpus> migration_target_gpus(const model::Job& job, const model::Nod
 std::string migration_target_refusal(const model::Job& job, const model::Node& source, const model::Node& node,
                                      const NodeRoom& room);
 
+// Where a move takes a job: the node, and the GPUs there.
+struct MigrationTarget {
+  std::string node;
+  TargetGpus gpus;
+};
+// The node other than `source` that can take `job` with the most free CPU in `room`, and the GPUs
+// it takes there (the target of `cnlab migrate` without --to, and of a node drain's moves); an
+// error when none can.
+Result<MigrationTarget> roomiest_migration_target(const ObjectCache& cache, const model::Job& job,
+                                                  const model::Node& source, const std::map<std::string, NodeRoom>& room);
+// Records a move of running `job` to `target` (status.migration, for the agents to carry out) with
+// its MigrationRequested event: "migration from node-a to node-b <how>".
+void ask_to_migrate(model::Job& job, const MigrationTarget& target, Time now, const std::string& how);
+// Adds MIG instances to node `name`'s layouts (its agent creates them, as for the scheduler's
+// repartitions) before a move into them is recorded; compare-and-swap on the stored record.
+Status add_mig_instances(store::Store& store, ObjectCache& cache, const std::string& name,
+                         const std::vector<std::pair<int, model::MigInstance>>& added, const std::string& audit);
+
 class MigrationWatch {
  public:
   // `checkpoint_every`: priority class -> interval of its periodic checkpoints (none: never).

@@ -620,6 +620,34 @@ TEST_F(MigrationTest, AMoveGivenUpWhileItsSourceDumpsIsNotSentAndTheJobRunsOnThe
   cancel_and_wait(id);
 }
 
+// An operator drains a node for maintenance (`cnlab admin node drain node-a`): its checkpointable
+// job moves live to the other node without a gap or a repeat, and a job that is not checkpointable
+// runs on where it is.
+TEST_F(MigrationTest, ADrainedNodesCheckpointableJobMovesLiveAndTheOtherRunsOnThere) {
+  add_agent("node-a", "h100");
+  std::string id = submit_counter(0);
+  Json plain_body = job_body("default", "none", {"sleep", "600"});
+  plain_body["spec"]["memory_mib"] = 64;
+  const std::string plain = call(*admin_, "POST", "/v1/jobs", 201, plain_body)["metadata"]["name"];
+  ASSERT_TRUE(eventually([&] { return last_tick(id) >= 5; }, 20s)) << agents_[0]->log();
+  ASSERT_TRUE(eventually([&] { return get_job(*admin_, plain)["status"]["phase"] == "Running"; }, 20s));
+  add_agent("node-b", "h100");
+
+  auto [code, said] = cnlab("admin node drain node-a");
+  ASSERT_EQ(code, 0) << said;
+  EXPECT_THAT(said, HasSubstr("node node-a draining"));
+  ASSERT_TRUE(eventually([&] { return has_event(id, "Migrated") && placed_on(id) == "node-b"; }, 60s))
+      << events(id) << agents_[0]->log();
+  EXPECT_THAT(events(id), HasSubstr("migration from node-a to node-b to drain node-a"));
+  const int at = last_tick(id);
+  ASSERT_TRUE(eventually([&] { return last_tick(id) >= at + 10; }, 20s)) << agents_[1]->log();
+  expect_unbroken(ticks(texts(logs(id))), at + 10);
+  EXPECT_EQ(placed_on(plain), "node-a");
+  EXPECT_EQ(get_job(*admin_, plain)["status"]["phase"], "Running");
+  cancel_and_wait(id);
+  cancel_and_wait(plain);
+}
+
 TEST_F(MigrationTest, ATargetThatDiesMidMigrationLeavesTheJobRunningOnTheSource) {
   add_agent("node-a", "h100");
   add_agent("node-b", "h100");

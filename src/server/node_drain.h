@@ -1,0 +1,53 @@
+// An operator's drain (POST /v1/nodes/{name}/drain, `cnlab admin node drain`) empties the node of
+// the work that can move: each Running checkpointable job on it migrates live to another node, as
+// `cnlab migrate` without --to moves it (the node that can take it with the most free CPU; a job
+// holding GPUs only between nodes that checkpoint GPU state). What cannot move (not checkpointable,
+// a gang, GPUs without GPU checkpoints) runs to its end there, as on a cordoned node; a job no node
+// has room for yet is tried again on the next pass, as other work ends, and one whose move failed
+// (it carries on where it was) after kDrainRetryAfter.
+//
+// At most kDrainMovesInFlight moves leave one node at once, smallest memory first: each freezes its
+// job and copies it, and a drain of many jobs at once would freeze them all together and fight for
+// the same links. A pass holds the scheduler's decisions, as `cnlab migrate` does, so that no cycle
+// spends the room a move counts on.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "server/object_cache.h"
+#include "server/periodic.h"
+#include "store/store.h"
+
+namespace cnlab::server {
+
+inline constexpr int kDrainMovesInFlight = 2;
+// A job whose move failed is asked to move again only this long after, not on every pass.
+inline constexpr Duration kDrainRetryAfter = std::chrono::seconds(30);
+
+class NodeDrain {
+ public:
+  NodeDrain(store::Store& store, ObjectCache& cache, std::function<std::unique_lock<std::mutex>()> hold_scheduler,
+            std::function<Time()> clock);
+  ~NodeDrain();
+  void start(std::chrono::milliseconds period = std::chrono::seconds(1));
+  void stop();
+  // One pass now; returns the jobs it asked to move.
+  std::vector<std::string> check_once();
+
+ private:
+  // Asks one job to move off draining node `node`; false where it cannot now (logged once per reason).
+  bool move_off(const std::string& id, const std::string& node, Time now);
+
+  store::Store& store_;
+  ObjectCache& cache_;
+  std::function<std::unique_lock<std::mutex>()> hold_scheduler_;
+  std::function<Time()> clock_;
+  std::map<std::string, std::string> not_moved_;  // job -> why, as last logged
+  Periodic periodic_;
+};
+
+}  // namespace cnlab::server

@@ -1,0 +1,81 @@
+// An operator's drain (POST /v1/nodes/{name}/drain) against the real server: the node's running
+// checkpointable jobs are asked to migrate live to another node, two at a time, smallest first;
+// what cannot move stays; a move that failed is not asked again at once. The agents' side of a
+// move is in tests/e2e/migration_test.cpp (DrainTest there drains a node of real agents).
+#include <gmock/gmock.h>
+
+#include "fixtures.h"
+
+namespace cnlab::server::test_support {
+namespace {
+
+using ::testing::HasSubstr;
+using namespace std::chrono_literals;
+
+class NodeDrainTest : public ClusterTest {
+ protected:
+  // A job Running on gpu-1 (the only node when it is placed), asking `memory_mib`.
+  std::string running_job(int64_t memory_mib, bool checkpointable = true) {
+    if (!source_) source_ = server_->client(register_peer("gpu-1", 8000));
+    Json body = job_body("default", "none", {"sleep", "100"});
+    body["spec"]["checkpointable"] = checkpointable;
+    body["spec"]["cpu_milli"] = 1000;
+    body["spec"]["memory_mib"] = memory_mib;
+    std::string id = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
+    EXPECT_TRUE(wait_for_phase(*admin_, id, "Scheduled"));
+    call(*source_, "PUT", "/v1/jobs/" + id + "/status", 200, {{"phase", "Running"}});
+    return id;
+  }
+  std::string moving_to(const std::string& id) {
+    const Json status = get_job(*admin_, id)["status"];
+    return status.contains("migration") ? status["migration"].value("to", "") : "";
+  }
+
+  std::unique_ptr<net::Client> source_;
+};
+
+TEST_F(NodeDrainTest, ADrainedNodesCheckpointableJobsMoveTwoAtATimeAndTheRestStay) {
+  const std::string small = running_job(100), middle = running_job(200), large = running_job(300);
+  const std::string plain = running_job(50, /*checkpointable=*/false);
+  register_peer("gpu-2", 8000);
+  // Cordoned, nothing moves.
+  call(*admin_, "POST", "/v1/nodes/gpu-1/cordon", 200);
+  std::this_thread::sleep_for(1500ms);
+  for (const auto& id : {small, middle, large, plain}) EXPECT_EQ(moving_to(id), "") << id;
+
+  call(*admin_, "POST", "/v1/nodes/gpu-1/drain", 200);
+  ASSERT_TRUE(eventually([&] { return moving_to(small) == "gpu-2" && moving_to(middle) == "gpu-2"; }, 5s))
+      << get_job(*admin_, small).dump();
+  const Json asked = get_job(*admin_, small);
+  EXPECT_THAT(asked["status"]["events"].back()["reason"].get<std::string>(),
+              HasSubstr("migration from gpu-1 to gpu-2 to drain gpu-1"));
+  // Two moves under way: the largest waits, and the job that cannot move stays.
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_EQ(moving_to(large), "");
+  EXPECT_EQ(moving_to(plain), "");
+
+  // The source could not dump one: it carries on on gpu-1, the next job's move is asked for, and
+  // the one that failed is not asked again at once.
+  call(*source_, "PUT", "/v1/jobs/" + small + "/status", 200, {{"phase", "Running"}, {"migration_failed", "CRIU failed"}});
+  ASSERT_TRUE(eventually([&] { return moving_to(large) == "gpu-2"; }, 5s));
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_EQ(moving_to(small), "") << "asked again right after its move failed";
+  EXPECT_EQ(moving_to(plain), "") << "not checkpointable: it runs to its end on the drained node";
+
+  const std::string audit = call(*admin_, "GET", "/v1/audit?limit=100", 200).dump();
+  EXPECT_THAT(audit, HasSubstr("node-drain"));
+  EXPECT_THAT(audit, HasSubstr("drain of gpu-1"));
+}
+
+TEST_F(NodeDrainTest, AJobNoOtherNodeHasRoomForStaysUntilOneDoes) {
+  const std::string id = running_job(100);
+  register_peer("tiny", 500);  // less CPU free than the job asks
+  call(*admin_, "POST", "/v1/nodes/gpu-1/drain", 200);
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_EQ(moving_to(id), "");
+  register_peer("roomy", 8000);
+  ASSERT_TRUE(eventually([&] { return moving_to(id) == "roomy"; }, 5s)) << get_job(*admin_, id).dump();
+}
+
+}  // namespace
+}  // namespace cnlab::server::test_support
