@@ -105,7 +105,8 @@ TEST_F(FallbackTest, CheckpointSignalIsNotSentToAJobThatDoesNotHandleIt) {
   EXPECT_EQ(job.wait(300ms).state, JobState::kRunning);
   auto stopped = job.stop(0ms);
   ASSERT_TRUE(stopped) << stopped.error().to_string();
-  EXPECT_TRUE(stopped->stopped);
+  EXPECT_EQ(stopped->state, JobState::kExited);
+  EXPECT_TRUE(stopped->signal.has_value()) << "ended by the stop, not by itself";
   EXPECT_FALSE(job.send_checkpoint_signal());
 }
 
