@@ -141,10 +141,17 @@ void run_nodes(const ClientFlags& flags, const ClusterArgs& args) {
     if (gpus.empty()) gpus = "-";
     std::vector<std::string> notes;
     if (status.value("simulated", false)) notes.push_back("simulated");
-    if (node.contains("spec") && node["spec"].value("unschedulable", false)) notes.push_back("cordoned");
+    const std::string phase(field(node, "status", "phase"));
+    if (phase == "Draining") {
+      // What the drain still waits for: jobs that move, and those that run to their end here.
+      const int64_t left = status.value("bound_jobs", int64_t{0});
+      notes.push_back(left == 0 ? std::string("drained: no jobs left")
+                                : "draining: " + std::to_string(left) + (left == 1 ? " job left" : " jobs left"));
+    } else if (node.contains("spec") && node["spec"].value("unschedulable", false)) {
+      notes.push_back("cordoned");
+    }
     if (unhealthy) notes.push_back(std::to_string(unhealthy) + " GPU" + (unhealthy > 1 ? "s" : "") + " unhealthy");
     if (mig) notes.push_back("MIG on " + std::to_string(mig));
-    std::string phase(field(node, "status", "phase"));
     Time heartbeat = time_field(node, "status", "last_heartbeat");
     if (status.value("power_down_candidate", false)) {
       const Time idle_since = time_field(node, "status", "idle_since");

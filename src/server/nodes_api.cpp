@@ -31,11 +31,14 @@ void keep_decided_layouts(const model::Node& decided, model::Node& reported) {
 }
 
 // A node as the API answers it: the stored object, with what the jobs bound there hold on each GPU
-// (`allocated_blocks`, `allocated_vram_mib`, `allocated_jobs`) from the node's allocation record, so
-// that anyone who may list nodes sees how full each GPU is without seeing whose jobs fill it.
+// (`allocated_blocks`, `allocated_vram_mib`, `allocated_jobs`) and how many jobs are bound to it
+// (`bound_jobs`: what a drain still waits for) from the node's allocation record, so that anyone
+// who may list nodes sees how full each is without seeing whose jobs fill it.
 Json node_with_allocations(const model::Node& node, const Allocation* allocation) {
   Json json = to_json(node);
-  if (!json.contains("status") || !json["status"].contains("gpus")) return json;
+  if (!json.contains("status")) return json;
+  json["status"]["bound_jobs"] = allocation ? allocation->jobs.size() : 0;
+  if (!json["status"].contains("gpus")) return json;
   for (Json& gpu : json["status"]["gpus"]) {
     const int index = gpu.value("index", -1);
     int blocks = 0, jobs = 0;

@@ -644,8 +644,11 @@ TEST_F(MigrationTest, ADrainedNodesCheckpointableJobMovesLiveAndTheOtherRunsOnTh
   expect_unbroken(ticks(texts(logs(id))), at + 10);
   EXPECT_EQ(placed_on(plain), "node-a");
   EXPECT_EQ(get_job(*admin_, plain)["status"]["phase"], "Running");
+  EXPECT_THAT(cnlab("nodes").second, HasSubstr("draining: 1 job left")) << "the one that finishes there";
   cancel_and_wait(id);
   cancel_and_wait(plain);
+  EXPECT_TRUE(eventually([&] { return cnlab("nodes").second.find("drained: no jobs left") != std::string::npos; }, 10s))
+      << cnlab("nodes").second;
 }
 
 TEST_F(MigrationTest, ATargetThatDiesMidMigrationLeavesTheJobRunningOnTheSource) {

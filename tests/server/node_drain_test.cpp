@@ -43,7 +43,10 @@ TEST_F(NodeDrainTest, ADrainedNodesCheckpointableJobsMoveTwoAtATimeAndTheRestSta
   std::this_thread::sleep_for(1500ms);
   for (const auto& id : {small, middle, large, plain}) EXPECT_EQ(moving_to(id), "") << id;
 
-  call(*admin_, "POST", "/v1/nodes/gpu-1/drain", 200);
+  const Json drained = call(*admin_, "POST", "/v1/nodes/gpu-1/drain", 200);
+  EXPECT_EQ(drained["status"]["phase"], "Draining");
+  EXPECT_EQ(call(*admin_, "GET", "/v1/nodes/gpu-1", 200)["status"]["bound_jobs"], 4) << "what the drain waits for";
+  EXPECT_EQ(call(*admin_, "GET", "/v1/nodes/gpu-2", 200)["status"]["bound_jobs"], 0);
   ASSERT_TRUE(eventually([&] { return moving_to(small) == "gpu-2" && moving_to(middle) == "gpu-2"; }, 5s))
       << get_job(*admin_, small).dump();
   const Json asked = get_job(*admin_, small);
