@@ -197,8 +197,9 @@ Result<Node> node_from_json(const Json& json) {
   if (!s.status()) return s.status().error();
 
   JsonReader st(*parts->status, "status");
+  // bound_jobs: what the server adds in its answers, like a GPU's allocated_*; taken and ignored.
   st.only({"phase", "cpu_milli", "memory_mib", "simulated", "gpus", "idle_since", "last_heartbeat", "conditions",
-           "agent_version", "address", "peer_address", "gpu_checkpoint", "power_down_candidate"});
+           "agent_version", "address", "peer_address", "gpu_checkpoint", "power_down_candidate", "bound_jobs"});
   node.phase = detail::read_enum(st, "phase", kPhases, NodePhase::kReady, "phases");
   node.cpu_milli = st.integer_or("cpu_milli", 0, 0, int64_t{1} << 40);
   node.memory_mib = st.integer_or("memory_mib", 0, 0, int64_t{1} << 40);

@@ -491,10 +491,12 @@ TEST(NodeJson, TheServersAllocationFiguresInAnAnswerDecodeAndAreNotKept) {
   answer["status"]["gpus"][0]["allocated_blocks"] = 75;
   answer["status"]["gpus"][0]["allocated_vram_mib"] = 61440;
   answer["status"]["gpus"][0]["allocated_jobs"] = 2;
+  answer["status"]["bound_jobs"] = 3;
   auto back = node_from_json(answer);
   ASSERT_TRUE(back) << back.error().to_string();
   EXPECT_EQ(*back, h100_node());
   EXPECT_FALSE(to_json(*back)["status"]["gpus"][0].contains("allocated_blocks"));
+  EXPECT_FALSE(to_json(*back)["status"].contains("bound_jobs"));
   answer["status"]["gpus"][0]["allocated_shoes"] = 1;
   EXPECT_FALSE(node_from_json(answer));  // other unknown fields are still refused
 }
