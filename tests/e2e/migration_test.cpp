@@ -205,6 +205,18 @@ class MigrationTest : public AgentCluster {
       ::kill(pid, sig);
     }
   }
+  // The job's processes of the copy under `dir` that are still there: "pid state command" a line.
+  static std::string left_processes(const std::string& id, const std::string& dir) {
+    std::string text;
+    for (pid_t pid : processes_where([&](const fs::path& proc) { return job_process(proc, id, dir); })) {
+      const fs::path proc = "/proc/" + std::to_string(pid);
+      const std::string status = read_proc_file(proc / "status");
+      const size_t state = status.find("State:");
+      text += std::to_string(pid) + " " + status.substr(state, status.find('\n', state) - state) + " " +
+              command_line(proc) + "\n";
+    }
+    return text;
+  }
   // How many processes of the job's copy under `dir` are alive.
   static size_t job_processes_under(const std::string& id, const std::string& dir) {
     return processes_where([&](const fs::path& proc) { return job_process(proc, id, dir); }).size();
@@ -401,7 +413,8 @@ TEST_F(LargeMigrationTest, ASourceAgentStoppedWhileItServesPagesStopsWithinItsGr
   EXPECT_THAT(agents_[0]->log(), HasSubstr("serving its pages was given up"));
   // Nothing of the source's copy is left running.
   const std::string source_dir = agents_[0]->data_dir();
-  EXPECT_TRUE(eventually([&] { return job_processes_under(id, source_dir) == 0u; }, 10s));
+  EXPECT_TRUE(eventually([&] { return job_processes_under(id, source_dir) == 0u; }, 10s))
+      << agents_[0]->log() << left_processes(id, source_dir);
 
   // The target's pull, let go, finds the source gone: the job goes back to the queue.
   signal_criu_under(target_dir, SIGCONT);
