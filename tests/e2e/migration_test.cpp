@@ -108,6 +108,11 @@ class MigrationTest : public AgentCluster {
     auto seen = ticks(texts(logs(id)));
     return seen.empty() ? -1 : seen.back().n;
   }
+  // Whether a line of the job's log (its output and the agent's notes) holds `text`.
+  bool log_has(const std::string& id, const std::string& text) {
+    const auto lines = texts(logs(id));
+    return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) { return l.find(text) != std::string::npos; });
+  }
   bool has_event(const std::string& id, const std::string& type) {
     const Json job = get_job(*admin_, id);
     for (const auto& e : job["status"]["events"]) {
@@ -946,15 +951,11 @@ while True:
   ASSERT_EQ(texts(logs(id)).front(), "attached");
   auto [code, said] = cnlab("checkpoint " + id);
   EXPECT_EQ(code, 0) << said;
-  auto has_line = [&](const std::string& text) {
-    const auto lines = texts(logs(id));
-    return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) { return l.find(text) != std::string::npos; });
-  };
   // Its line after the agent's note arrives too: a note once took the number of the job's next
   // output line, which the server then dropped as already stored.
-  ASSERT_TRUE(eventually([&] { return has_line("saving my own state"); }, 20s))
+  ASSERT_TRUE(eventually([&] { return log_has(id, "saving my own state"); }, 20s))
       << ::testing::PrintToString(texts(logs(id))) << agents_[0]->log();
-  EXPECT_TRUE(has_line("no transparent one here (the job's processes have libcnlab-vgpu.so attached"))
+  EXPECT_TRUE(log_has(id, "no transparent one here (the job's processes have libcnlab-vgpu.so attached"))
       << ::testing::PrintToString(texts(logs(id)));
   // What it saved is uploaded once its directory is still: a files checkpoint, not a process one.
   ASSERT_TRUE(eventually([&] { return get_job(*admin_, id)["status"].contains("checkpoint"); }, 20s))
@@ -962,7 +963,7 @@ while True:
   const Json job = get_job(*admin_, id);
   EXPECT_EQ(job["status"]["checkpoint"]["kind"], "files") << job.dump();
   EXPECT_EQ(job["status"]["phase"], "Running") << "saving did not end it";
-  ASSERT_TRUE(eventually([&] { return has_line("checkpoint saved by the job and uploaded: sha256:"); }, 10s))
+  ASSERT_TRUE(eventually([&] { return log_has(id, "checkpoint saved by the job and uploaded: sha256:"); }, 10s))
       << ::testing::PrintToString(texts(logs(id)));
   auto [described, description] = cnlab("describe " + id);
   EXPECT_THAT(description, HasSubstr("Checkpoint:  files, ")) << description;
@@ -979,11 +980,7 @@ TEST_F(GpuMigrationTest, AJobThatDoesNotHandleTheCheckpointSignalIsNotSentItAndR
   ASSERT_TRUE(eventually([&] { return !texts(logs(id)).empty(); }, 20s)) << agents_[0]->log();
   auto [code, said] = cnlab("checkpoint " + id);
   EXPECT_EQ(code, 0) << said;
-  auto has_line = [&](const std::string& text) {
-    const auto lines = texts(logs(id));
-    return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) { return l.find(text) != std::string::npos; });
-  };
-  ASSERT_TRUE(eventually([&] { return has_line("handles SIGUSR1, the checkpoint signal, so none was sent"); }, 20s))
+  ASSERT_TRUE(eventually([&] { return log_has(id, "handles SIGUSR1, the checkpoint signal, so none was sent"); }, 20s))
       << ::testing::PrintToString(texts(logs(id))) << agents_[0]->log();
   // SIGUSR1 would have killed it at once, and its agent would have said so within a second.
   EXPECT_FALSE(eventually([&] { return get_job(*admin_, id)["status"]["phase"] != "Running"; }, 2s));

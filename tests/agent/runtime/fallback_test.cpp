@@ -86,28 +86,11 @@ TEST_F(FallbackTest, SignalGoesToTheCommand) {
 }
 
 TEST_F(FallbackTest, CheckpointSignalGoesPastAWrapperToTheProgramThatHandlesItAndNotToItsWorkers) {
-  auto job = start(checkpoint_signal_job(job_dir()));
-  auto reader = OutputReader::open(job.output_path());
-  ASSERT_TRUE(reader);
-  ASSERT_THAT(texts(read_until_text(*reader, "ready")), ElementsAre("ready"));
-  ASSERT_TRUE(job.send_checkpoint_signal());
-  // The wrapper lives on to print after the program: it was not sent the signal.
-  EXPECT_THAT(texts(collect(job, *reader)), ElementsAre("saved by main", "wrapper-after"));
-  EXPECT_EQ(job.status().exit_code, 0);
+  expect_checkpoint_signal_passes_the_wrapper(start(checkpoint_signal_job(job_dir())));
 }
 
 TEST_F(FallbackTest, CheckpointSignalIsNotSentToAJobThatDoesNotHandleIt) {
-  auto job = start(shell_job(job_dir(), "sleep 30; echo slept"));
-  const auto sent = job.send_checkpoint_signal();
-  ASSERT_FALSE(sent);
-  EXPECT_THAT(sent.error().message, HasSubstr("handles SIGUSR1"));
-  // SIGUSR1 would have ended it at once.
-  EXPECT_EQ(job.wait(300ms).state, JobState::kRunning);
-  auto stopped = job.stop(0ms);
-  ASSERT_TRUE(stopped) << stopped.error().to_string();
-  EXPECT_EQ(stopped->state, JobState::kExited);
-  EXPECT_TRUE(stopped->signal.has_value()) << "ended by the stop, not by itself";
-  EXPECT_FALSE(job.send_checkpoint_signal());
+  expect_checkpoint_signal_not_sent_without_a_handler(start(shell_job(job_dir(), "sleep 30; echo slept")));
 }
 
 TEST_F(FallbackTest, StopKillsTheProcessGroupAfterTheGrace) {

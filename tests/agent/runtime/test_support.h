@@ -17,6 +17,9 @@
 #include <thread>
 #include <vector>
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include "agent/runtime/runtime.h"
 
 namespace cnlab::agent::testing {
@@ -59,29 +62,6 @@ inline ProcessSpec shell_job(const fs::path& job_dir, std::string script) {
   spec.argv = {"/bin/sh", "-c", std::move(script)};
   spec.env = {"PATH=/usr/local/bin:/usr/bin:/bin"};
   spec.job_dir = job_dir;
-  return spec;
-}
-
-// A wrapper shell that does not handle SIGUSR1 around a Python program that does, and that forks
-// a worker inheriting its handler. On SIGUSR1 the one that gets it prints "saved by main" or
-// "saved by worker"; the program then ends and the wrapper prints "wrapper-after".
-inline ProcessSpec checkpoint_signal_job(const fs::path& job_dir) {
-  ProcessSpec spec = shell_job(job_dir, "");
-  spec.argv = {"/bin/sh", "-c", "python3 -c \"$0\"; echo wrapper-after",
-               "import os, signal, sys, time\n"
-               "main = os.getpid()\n"
-               "def saved(*_):\n"
-               "    print('saved by', 'main' if os.getpid() == main else 'worker', flush=True)\n"
-               "    if os.getpid() == main:\n"
-               "        os.kill(worker, signal.SIGKILL)\n"
-               "        sys.exit(0)\n"
-               "signal.signal(signal.SIGUSR1, saved)\n"
-               "worker = os.fork()\n"
-               "if worker == 0:\n"
-               "    time.sleep(30)\n"
-               "    os._exit(0)\n"
-               "print('ready', flush=True)\n"
-               "time.sleep(30)\n"};
   return spec;
 }
 
@@ -216,6 +196,54 @@ inline bool no_children_left(std::chrono::milliseconds timeout = 3s) {
       std::this_thread::sleep_for(5ms);
     }
   }
+}
+
+// A wrapper shell that does not handle SIGUSR1 around a Python program that does, and that forks
+// a worker inheriting its handler. On SIGUSR1 the one that gets it prints "saved by main" or
+// "saved by worker"; the program then ends and the wrapper prints "wrapper-after".
+inline ProcessSpec checkpoint_signal_job(const fs::path& job_dir) {
+  ProcessSpec spec = shell_job(job_dir, "");
+  spec.argv = {"/bin/sh", "-c", "python3 -c \"$0\"; echo wrapper-after",
+               "import os, signal, sys, time\n"
+               "main = os.getpid()\n"
+               "def saved(*_):\n"
+               "    print('saved by', 'main' if os.getpid() == main else 'worker', flush=True)\n"
+               "    if os.getpid() == main:\n"
+               "        os.kill(worker, signal.SIGKILL)\n"
+               "        sys.exit(0)\n"
+               "signal.signal(signal.SIGUSR1, saved)\n"
+               "worker = os.fork()\n"
+               "if worker == 0:\n"
+               "    time.sleep(30)\n"
+               "    os._exit(0)\n"
+               "print('ready', flush=True)\n"
+               "time.sleep(30)\n"};
+  return spec;
+}
+
+// The job of checkpoint_signal_job gets SIGUSR1 in its program, not in its wrapper or worker.
+inline void expect_checkpoint_signal_passes_the_wrapper(const JobHandle& job) {
+  auto reader = OutputReader::open(job.output_path());
+  ASSERT_TRUE(reader);
+  ASSERT_THAT(texts(read_until_text(*reader, "ready")), ::testing::ElementsAre("ready"));
+  ASSERT_TRUE(job.send_checkpoint_signal());
+  // The wrapper lives on to print after the program: it was not sent the signal.
+  EXPECT_THAT(texts(collect(job, *reader)), ::testing::ElementsAre("saved by main", "wrapper-after"));
+  EXPECT_EQ(job.status().exit_code, 0);
+}
+
+// A running job none of whose processes handles SIGUSR1 is not sent it, and runs on until stopped.
+inline void expect_checkpoint_signal_not_sent_without_a_handler(const JobHandle& job) {
+  const auto sent = job.send_checkpoint_signal();
+  ASSERT_FALSE(sent);
+  EXPECT_THAT(sent.error().message, ::testing::HasSubstr("handles SIGUSR1"));
+  // SIGUSR1 would have ended it at once.
+  EXPECT_EQ(job.wait(std::chrono::milliseconds(300)).state, JobState::kRunning);
+  auto stopped = job.stop(std::chrono::milliseconds(0));
+  ASSERT_TRUE(stopped) << stopped.error().to_string();
+  EXPECT_EQ(stopped->state, JobState::kExited);
+  EXPECT_TRUE(stopped->signal.has_value()) << "ended by the stop, not by itself";
+  EXPECT_FALSE(job.send_checkpoint_signal());
 }
 
 }  // namespace cnlab::agent::testing
