@@ -200,6 +200,9 @@ class JobRunner {
   // A checkpoint was requested: a process one (the job frozen meanwhile), or SIGUSR1 to a job
   // that saves its own.
   void checkpoint_on_request();
+  // A requested checkpoint that was not taken: noted in the job's log, and a CheckpointFailed
+  // event on the server (what `cnlab checkpoint` waits for besides a Checkpointed one).
+  void checkpoint_not_taken(const std::string& why);
   // Uploads CNLAB_CHECKPOINT_DIR as a `files` checkpoint once the job's save that save_watch_
   // waits for is done, or notes that it saved nothing.
   void upload_when_saved();

@@ -117,8 +117,7 @@ void JobRunner::checkpoint_on_request() {
     // What the directory holds before the signal, so that only the save it asks for counts.
     SaveWatch watch(dir_ / "checkpoint", context_.checkpoint_grace, kSaveQuiet, std::chrono::steady_clock::now());
     if (auto sent = handle_->send_checkpoint_signal(); !sent) {
-      note(asked + "not taken: " + sent.error().message);
-      return;
+      return checkpoint_not_taken("no transparent one here (" + why + "), and " + sent.error().message);
     }
     note(asked + "SIGUSR1 sent, for the job to save its state into CNLAB_CHECKPOINT_DIR");
     save_watch_ = std::move(watch);
@@ -127,14 +126,20 @@ void JobRunner::checkpoint_on_request() {
   const std::string taken_at = now_text();
   auto taken = take_process_checkpoint(JobHandle::AfterDump::kLeaveStopped);
   if (taken) (void)handle_->thaw();
-  if (!taken) {
-    note("checkpoint not taken: " + taken.error().message);
-    return;
-  }
+  if (!taken) return checkpoint_not_taken(taken.error().message);
   std::string digest = upload_checkpoint(dir_ / "process", taken_at, {{"Checkpoint-Kind", "process"}});
   spdlog::info("job periodic checkpoint job=\"{}\" digest=\"{}\" pause_ms={} bytes={}", job_id_, digest,
                taken->pause.count(), taken->bytes);
   (void)safe_remove_tree((dir_ / "process").string());
+  if (digest.empty()) checkpoint_not_taken("it was dumped, but not uploaded (the agent's log says why)");
+}
+
+void JobRunner::checkpoint_not_taken(const std::string& why) {
+  note("checkpoint not taken: " + why);
+  Json body = {{"phase", "Running"}, {"checkpoint_failed", why.substr(0, 1000)}};  // the server's limit
+  if (auto told = api_.call("PUT", "/v1/jobs/" + job_id_ + "/status", body.dump()); !told) {
+    spdlog::warn("job checkpoint failure not reported job=\"{}\" error=\"{}\"", job_id_, told.error().to_string());
+  }
 }
 
 void JobRunner::upload_when_saved() {
@@ -144,14 +149,13 @@ void JobRunner::upload_when_saved() {
   save_watch_.reset();
   std::error_code ec;
   if (state == SaveWatch::State::kNothingSaved || fs::is_empty(saved, ec)) {
-    note(fmt::format("checkpoint not taken: the job saved nothing into CNLAB_CHECKPOINT_DIR within {} of SIGUSR1 "
-                     "(the agent's --checkpoint-grace)",
-                     format_duration(std::chrono::duration_cast<Duration>(context_.checkpoint_grace))));
-    return;
+    return checkpoint_not_taken(
+        fmt::format("the job saved nothing into CNLAB_CHECKPOINT_DIR within {} of SIGUSR1 (the agent's --checkpoint-grace)",
+                    format_duration(std::chrono::duration_cast<Duration>(context_.checkpoint_grace))));
   }
   const std::string digest = upload_checkpoint(saved, now_text(), {{"Checkpoint-Kind", "files"}});
-  note(digest.empty() ? "checkpoint saved by the job, not uploaded (the agent's log says why)"
-                      : "checkpoint saved by the job and uploaded: " + digest);
+  if (digest.empty()) return checkpoint_not_taken("saved by the job, but not uploaded (the agent's log says why)");
+  note("checkpoint saved by the job and uploaded: " + digest);
 }
 
 Result<HostPort> JobRunner::peer_endpoint_of(const std::string& node) {

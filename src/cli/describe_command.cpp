@@ -58,10 +58,16 @@ std::string checkpoint_text(const Json& status, Time now) {
     return time ? *time : Time{};
   };
   const Time asked = time_of("checkpoint_requested_at"), last = time_of("last_checkpoint_at");
-  // Only a running job's ask is still to be answered (a new run starts without one).
+  // Only a running job's ask is still to be answered (a new run starts without one); its agent may
+  // have said it could not (a CheckpointFailed event since).
   if (asked != Time{} && asked > last && status.value("phase", "") == "Running") {
+    std::string answer = "not taken yet";
+    for (const Json& e : status.value("events", Json::array())) {
+      auto at = parse_rfc3339(e.value("time", ""), "time");
+      if (e.value("type", "") == "CheckpointFailed" && at && *at >= asked) answer = e.value("reason", "not taken");
+    }
     text += std::string(text.empty() ? "" : "; ") + (text.empty() ? "asked " : "another asked ") +
-            format_age(now - asked) + " ago, not taken yet";
+            format_age(now - asked) + " ago, " + answer;
   }
   return text;
 }

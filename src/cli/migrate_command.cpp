@@ -1,10 +1,13 @@
-// `cnlab checkpoint JOB` (take a transparent checkpoint of a running job now; it runs on) and
-// `cnlab migrate JOB [--to NODE]` (move a running job to another node live; waits until it runs
-// there, or says why it stayed, unless --no-wait).
+// `cnlab checkpoint JOB` (take a checkpoint of a running job now; it runs on; waits until it is
+// stored, or says why it was not, unless --no-wait) and `cnlab migrate JOB [--to NODE]` (move a
+// running job to another node live; waits until it runs there, or says why it stayed, unless
+// --no-wait).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "cli/cli.h"
 #include "cli/client_config.h"
@@ -29,14 +32,58 @@ Result<Json> post(net::Client& api, const std::string& target, const Json& body)
 
 size_t event_count(const Json& job) { return job["status"].value("events", Json::array()).size(); }
 
-int checkpoint(const ClientFlags& flags, const std::string& id) {
+// What a wait for an outcome saw: the first event after the request of one of the outcome types,
+// or the job's end (phase) first, or neither within the timeout.
+struct Outcome {
+  Json event;         // null when none came
+  std::string ended;  // the job's phase when it ended first
+};
+
+// Polls job `id` until an event after its first `seen` has one of `types`, or the job has ended.
+// `each` sees every version of the job fetched (to print progress).
+Outcome wait_for_outcome(net::Client& api, const std::string& id, size_t seen, std::chrono::seconds timeout,
+                         const std::vector<std::string>& types, const std::function<void(const Json&)>& each) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(200ms);
+    auto got = api.request("GET", "/v1/jobs/" + id);
+    if (!got || got->status != 200) continue;
+    Json now = Json::parse(got->body, nullptr, false);
+    if (!now.is_object()) continue;
+    if (each) each(now);
+    const Json events = now["status"].value("events", Json::array());
+    for (size_t i = seen; i < events.size(); ++i) {
+      if (std::find(types.begin(), types.end(), events[i].value("type", "")) != types.end()) return {events[i], ""};
+    }
+    const std::string phase = now["status"].value("phase", "");
+    if (phase == "Succeeded" || phase == "Failed" || phase == "Cancelled") return {nullptr, phase};
+  }
+  return {};
+}
+
+int checkpoint(const ClientFlags& flags, const std::string& id, bool wait, std::chrono::seconds timeout) {
   auto client = connect(flags);
   if (!client) return report(client.error());
-  auto job = post(**client, "/v1/jobs/" + id + "/checkpoint", Json::object());
+  net::Client& api = **client;
+  auto job = post(api, "/v1/jobs/" + id + "/checkpoint", Json::object());
   if (!job) return report(job.error());
-  std::printf("checkpoint of job %s requested: its agent dumps it, the job running on (cnlab describe %s lists it)\n",
-              id.c_str(), id.c_str());
-  return kExitOk;
+  std::printf("checkpoint of job %s requested: its agent takes it, the job running on\n", id.c_str());
+  std::fflush(stdout);
+  if (!wait) return kExitOk;
+  const Outcome outcome = wait_for_outcome(api, id, event_count(*job), timeout, {"Checkpointed", "CheckpointFailed"}, {});
+  if (outcome.event.is_object() && outcome.event.value("type", "") == "Checkpointed") {
+    std::printf("job %s checkpointed: %s\n", id.c_str(), outcome.event.value("reason", "").c_str());
+    return kExitOk;
+  }
+  if (outcome.event.is_object()) {
+    std::fprintf(stderr, "cnlab: job %s: checkpoint %s\n", id.c_str(), outcome.event.value("reason", "").c_str());
+  } else if (!outcome.ended.empty()) {
+    std::fprintf(stderr, "cnlab: job %s ended (%s) before its checkpoint was taken\n", id.c_str(), outcome.ended.c_str());
+  } else {
+    std::fprintf(stderr, "cnlab: job %s: no checkpoint within %llds (cnlab describe %s)\n", id.c_str(),
+                 static_cast<long long>(timeout.count()), id.c_str());
+  }
+  return kExitFailed;
 }
 
 int migrate(const ClientFlags& flags, const std::string& id, const std::string& to, bool wait,
@@ -53,38 +100,29 @@ int migrate(const ClientFlags& flags, const std::string& id, const std::string& 
   std::printf("migration of job %s to %s requested\n", id.c_str(), target.c_str());
   std::fflush(stdout);
   if (!wait) return kExitOk;
-  // The outcome is the first Migrated or MigrationFailed event after the request.
-  const size_t seen = event_count(*job);
   std::string progress;  // the source's latest word, printed once each time it changes
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(200ms);
-    auto got = api.request("GET", "/v1/jobs/" + id);
-    if (!got || got->status != 200) continue;
-    Json now = Json::parse(got->body, nullptr, false);
-    if (!now.is_object()) continue;
+  auto print_progress = [&](const Json& now) {
     const std::string said = now["status"].value("migration", Json::object()).value("progress", "");
     if (!said.empty() && said != progress) {
       progress = said;
       std::printf("  %s\n", progress.c_str());
       std::fflush(stdout);
     }
-    const Json events = now["status"].value("events", Json::array());
-    for (size_t i = seen; i < events.size(); ++i) {
-      const std::string type = events[i].value("type", "");
-      const std::string reason = events[i].value("reason", "");
-      if (type == "Migrated") {
-        std::printf("job %s %s\n", id.c_str(), reason.c_str());
-        return kExitOk;
-      }
-      if (type == "MigrationFailed") {
-        std::fprintf(stderr, "cnlab: job %s did not migrate: %s\n", id.c_str(), reason.c_str());
-        return kExitFailed;
-      }
-    }
+  };
+  const Outcome outcome =
+      wait_for_outcome(api, id, event_count(*job), timeout, {"Migrated", "MigrationFailed"}, print_progress);
+  if (outcome.event.is_object() && outcome.event.value("type", "") == "Migrated") {
+    std::printf("job %s %s\n", id.c_str(), outcome.event.value("reason", "").c_str());
+    return kExitOk;
   }
-  std::fprintf(stderr, "cnlab: job %s: no outcome of the migration within %llds (cnlab describe %s)\n", id.c_str(),
-               static_cast<long long>(timeout.count()), id.c_str());
+  if (outcome.event.is_object()) {
+    std::fprintf(stderr, "cnlab: job %s did not migrate: %s\n", id.c_str(), outcome.event.value("reason", "").c_str());
+  } else if (!outcome.ended.empty()) {
+    std::fprintf(stderr, "cnlab: job %s ended (%s) before it migrated\n", id.c_str(), outcome.ended.c_str());
+  } else {
+    std::fprintf(stderr, "cnlab: job %s: no outcome of the migration within %llds (cnlab describe %s)\n", id.c_str(),
+                 static_cast<long long>(timeout.count()), id.c_str());
+  }
   return kExitFailed;
 }
 
@@ -92,10 +130,16 @@ int migrate(const ClientFlags& flags, const std::string& id, const std::string& 
 
 void add_migrate_commands(CLI::App& app, std::shared_ptr<ClientFlags> flags) {
   auto id = std::make_shared<std::string>();
+  auto checkpoint_no_wait = std::make_shared<bool>(false);
+  auto checkpoint_timeout = std::make_shared<int64_t>(300);
   auto* checkpoint_app = app.add_subcommand("checkpoint", "Take a transparent checkpoint of a running job now");
   checkpoint_app->add_option("JOB", *id, "Job id (train-6f3ae726)")->required();
+  checkpoint_app->add_flag("--no-wait", *checkpoint_no_wait, "Return once the checkpoint is requested");
+  checkpoint_app->add_option("--timeout", *checkpoint_timeout, "Seconds to wait for the outcome")->capture_default_str();
   checkpoint_app->footer("Example: cnlab checkpoint train-6f3ae726");
-  checkpoint_app->callback([flags, id] { std::exit(checkpoint(*flags, *id)); });
+  checkpoint_app->callback([flags, id, checkpoint_no_wait, checkpoint_timeout] {
+    std::exit(checkpoint(*flags, *id, !*checkpoint_no_wait, std::chrono::seconds(*checkpoint_timeout)));
+  });
 
   auto migrate_id = std::make_shared<std::string>();
   auto to = std::make_shared<std::string>();

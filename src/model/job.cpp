@@ -30,6 +30,7 @@ constexpr std::pair<JobEventType, std::string_view> kEventTypes[] = {
     {JobEventType::kMigrationRequested, "MigrationRequested"},
     {JobEventType::kMigrated, "Migrated"},
     {JobEventType::kMigrationFailed, "MigrationFailed"},
+    {JobEventType::kCheckpointFailed, "CheckpointFailed"},
 };
 
 constexpr int64_t kMaxCpuMilli = 1'000'000'000;

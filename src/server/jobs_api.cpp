@@ -530,7 +530,7 @@ net::Response Api::report_job_status(const Call& call) {
   if (!body) return error_response(body.error());
   JsonReader r(*body, "");
   r.only({"phase", "exit_code", "signal", "message", "checkpoint_at", "gpu_active_at", "memory_event", "move_requested",
-          "migration_failed", "migration_handed_over", "migration_progress", "requeue"});
+          "migration_failed", "migration_handed_over", "migration_progress", "requeue", "checkpoint_failed"});
   std::string phase = r.string("phase");
   int64_t exit_code = r.integer_or("exit_code", -1, -1, 255);
   int64_t signal = r.integer_or("signal", 0, 0, 127);
@@ -553,6 +553,12 @@ net::Response Api::report_job_status(const Call& call) {
     r.fail(Error::invalid_argument(r.path_of("migration_progress"), migration_progress.substr(0, 40) + "...",
                                    "at most 200 bytes"));
   }
+  // A checkpoint asked for (cnlab checkpoint, or periodic) was not taken, and why: the job runs on.
+  std::string checkpoint_failed = r.string_or("checkpoint_failed", "");
+  if (checkpoint_failed.size() > 1000) {
+    r.fail(Error::invalid_argument(r.path_of("checkpoint_failed"), checkpoint_failed.substr(0, 40) + "...",
+                                   "at most 1000 bytes"));
+  }
   // The source streamed its dump to the target's peer endpoint, which holds it (the job stays
   // frozen on the source): bind the job to the target, which restores it.
   std::optional<model::Migration> handed_over;
@@ -573,8 +579,10 @@ net::Response Api::report_job_status(const Call& call) {
     handed_over = std::move(move);
   }
   if (!r.status()) return error_response(r.status().error());
-  if ((gpu_active_at || !memory_event.empty() || !move_requested.empty()) && phase != "Running") {
-    return error_response(Error::invalid_argument("phase", phase, "gpu_active_at, memory_event and move_requested come with Running"));
+  if ((gpu_active_at || !memory_event.empty() || !move_requested.empty() || !checkpoint_failed.empty()) &&
+      phase != "Running") {
+    return error_response(Error::invalid_argument(
+        "phase", phase, "gpu_active_at, memory_event, move_requested and checkpoint_failed come with Running"));
   }
   if (run_lost && phase != "Failed") {
     return error_response(Error::invalid_argument("phase", phase, "requeue comes with Failed"));
@@ -590,6 +598,7 @@ net::Response Api::report_job_status(const Call& call) {
   if (!memory_event.empty()) detail["memory_event"] = memory_event;
   if (!move_requested.empty()) detail["move_requested"] = move_requested;
   if (run_lost) detail["requeue"] = true;
+  if (!checkpoint_failed.empty()) detail["checkpoint_failed"] = checkpoint_failed;
   Json audit = audit_record(call, "jobs.status", id, "ok", detail);
   std::optional<double> start_latency;
   std::pair<std::string, std::string> move_ended;  // a move that ended: its outcome and, migrated, its mode
@@ -656,6 +665,11 @@ net::Response Api::report_job_status(const Call& call) {
           }
           if (!memory_event.empty()) {
             job.status.events.push_back(event(model::JobEventType::kMemoryBurst, call.now, memory_event));
+            changed = true;
+          }
+          if (!checkpoint_failed.empty()) {
+            job.status.events.push_back(event(model::JobEventType::kCheckpointFailed, call.now,
+                                              "not taken on " + call.caller.node + ": " + checkpoint_failed));
             changed = true;
           }
           if (!move_requested.empty()) {

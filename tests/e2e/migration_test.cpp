@@ -720,6 +720,7 @@ TEST_F(MigrationTest, AJobOnANodeThatDiedResumesFromItsLatestCheckpointOnAnother
   auto [code, said] = cnlab("checkpoint " + id);
   EXPECT_EQ(code, 0) << said;
   EXPECT_THAT(said, HasSubstr("checkpoint of job " + id + " requested"));
+  EXPECT_THAT(said, HasSubstr("job " + id + " checkpointed: process checkpoint sha256:")) << "it waits for the outcome";
   ASSERT_TRUE(eventually([&] { return get_job(*admin_, id)["status"].contains("checkpoint"); }, 20s))
       << agents_[0]->log();
   EXPECT_EQ(get_job(*admin_, id)["status"]["checkpoint"]["kind"], "process");
@@ -951,6 +952,7 @@ while True:
   ASSERT_EQ(texts(logs(id)).front(), "attached");
   auto [code, said] = cnlab("checkpoint " + id);
   EXPECT_EQ(code, 0) << said;
+  EXPECT_THAT(said, HasSubstr("checkpointed: files checkpoint sha256:")) << "what the job saved, uploaded";
   // Its line after the agent's note arrives too: a note once took the number of the job's next
   // output line, which the server then dropped as already stored.
   ASSERT_TRUE(eventually([&] { return log_has(id, "saving my own state"); }, 20s))
@@ -978,17 +980,21 @@ TEST_F(GpuMigrationTest, AJobThatDoesNotHandleTheCheckpointSignalIsNotSentItAndR
   body["spec"]["checkpointable"] = true;
   std::string id = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
   ASSERT_TRUE(eventually([&] { return !texts(logs(id)).empty(); }, 20s)) << agents_[0]->log();
+  // The command waits for the outcome: the agent's CheckpointFailed event, saying why.
   auto [code, said] = cnlab("checkpoint " + id);
-  EXPECT_EQ(code, 0) << said;
-  ASSERT_TRUE(eventually([&] { return log_has(id, "handles SIGUSR1, the checkpoint signal, so none was sent"); }, 20s))
+  EXPECT_NE(code, 0) << said;
+  EXPECT_THAT(said, HasSubstr("checkpoint not taken on node-a: no transparent one here ("));
+  EXPECT_THAT(said, HasSubstr("handles SIGUSR1, the checkpoint signal, so none was sent"));
+  EXPECT_TRUE(has_event(id, "CheckpointFailed")) << events(id);
+  EXPECT_TRUE(log_has(id, "handles SIGUSR1, the checkpoint signal, so none was sent"))
       << ::testing::PrintToString(texts(logs(id))) << agents_[0]->log();
   // SIGUSR1 would have killed it at once, and its agent would have said so within a second.
   EXPECT_FALSE(eventually([&] { return get_job(*admin_, id)["status"]["phase"] != "Running"; }, 2s));
   auto [asked, while_running] = cnlab("describe " + id);
-  EXPECT_THAT(while_running, HasSubstr("not taken yet")) << while_running;
+  EXPECT_THAT(while_running, HasSubstr("ago, not taken on node-a: ")) << while_running;
   cancel_and_wait(id);
   auto [ended, after] = cnlab("describe " + id);
-  EXPECT_THAT(after, Not(HasSubstr("not taken yet"))) << "an ended job's ask is not pending";
+  EXPECT_THAT(after, Not(HasSubstr("ago, not taken"))) << "an ended job's ask is not pending";
 }
 
 }  // namespace

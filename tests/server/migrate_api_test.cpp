@@ -232,5 +232,26 @@ TEST_F(MigrateApiTest, ACheckpointAskedOfAnEarlierRunIsNotAskedOfTheNext) {
   EXPECT_FALSE(again["status"].contains("checkpoint_requested_at")) << again.dump();
 }
 
+TEST_F(MigrateApiTest, AnAgentSaysWhyACheckpointWasNotTakenAndTheJobRunsOn) {
+  std::string id = running_job(1000);
+  call(*admin_, "POST", "/v1/jobs/" + id + "/checkpoint", 202);
+  const std::string path = "/v1/jobs/" + id + "/status";
+  Json wrong_phase = call(*source_, "PUT", path, 400, {{"phase", "Succeeded"}, {"checkpoint_failed", "x"}});
+  EXPECT_EQ(wrong_phase["error"]["field"], "phase") << wrong_phase.dump();
+  Json too_long = call(*source_, "PUT", path, 400, {{"phase", "Running"}, {"checkpoint_failed", std::string(1001, 'x')}});
+  EXPECT_EQ(too_long["error"]["field"], "checkpoint_failed") << too_long.dump();
+  EXPECT_EQ(call(*source_, "PUT", path, 400, {{"phase", "Running"}, {"checkpoint_failed", 5}})["error"]["field"],
+            "checkpoint_failed");
+  // Another node's agent may not say it.
+  auto other = server_->client(register_peer("gpu-2"));
+  call(*other, "PUT", path, 404, {{"phase", "Running"}, {"checkpoint_failed", "not mine"}});
+
+  Json job = call(*source_, "PUT", path, 200, {{"phase", "Running"}, {"checkpoint_failed", "CRIU could not dump it"}});
+  EXPECT_EQ(job["status"]["phase"], "Running");
+  EXPECT_EQ(job["status"]["events"].back()["type"], "CheckpointFailed") << job.dump();
+  EXPECT_EQ(job["status"]["events"].back()["reason"], "not taken on gpu-1: CRIU could not dump it");
+  EXPECT_THAT(call(*admin_, "GET", "/v1/audit?limit=100", 200).dump(), HasSubstr("CRIU could not dump it"));
+}
+
 }  // namespace
 }  // namespace cnlab::server::test_support
