@@ -611,14 +611,15 @@ TEST_F(MigrationTest, AJobCancelledWhileItIsDumpedForAMoveIsNotSentAndEndsCancel
 // A move the server gave up while its source still dumped (the source's word of progress came
 // less often than the 4 s timeout, as when the server does not hear it) is not sent: the source
 // sees the rollback and thaws the job, instead of sending the dump to a target that will never
-// run it. The dump is held for 8 s on purpose (tests/fakes/held_criu.h).
+// run it. The dump is held for 10 s on purpose (tests/fakes/held_criu.h): the move is given up
+// after about 5.
 TEST_F(MigrationTest, AMoveGivenUpWhileItsSourceDumpsIsNotSentAndTheJobRunsOnThere) {
   const fs::path criu_dir = held_criu_dir();
   AgentProcess& source = add_agent("node-a", "h100", {"--criu", held_criu(), "--migration-progress-every", "6s"});
   std::string id = submit_counter(0);
   ASSERT_TRUE(eventually([&] { return last_tick(id) >= 5; }, 20s)) << source.log();
   AgentProcess& target = add_agent("node-b", "h100");
-  test_fakes::hold_criu_command(criu_dir, "dump", 8);
+  test_fakes::hold_criu_command(criu_dir, "dump", 10);
 
   call(*admin_, "POST", "/v1/jobs/" + id + "/migrate", 202, {{"to", "node-b"}});
   ASSERT_TRUE(eventually([&] { return fs::exists(criu_dir / "held"); }, 20s)) << events(id) << source.log();
