@@ -61,6 +61,34 @@ Outcome wait_for_outcome(net::Client& api, const std::string& id, size_t seen, s
   return {};
 }
 
+// How a command words what its wait came to.
+struct OutcomeWords {
+  const char* succeeded;  // the event type that is success
+  const char* done;       // between the job and that event's reason ("job J checkpointed: ...")
+  const char* failed;     // between the job and the failure event's reason
+  const char* ended;      // after "job J ended (Phase)", when it ended first
+  const char* nothing;    // what did not come within the timeout
+};
+
+// Prints the outcome (success on stdout, anything else on stderr) and returns the exit code.
+int report_outcome(const std::string& id, const Outcome& outcome, const OutcomeWords& words,
+                   std::chrono::seconds timeout) {
+  const std::string reason = outcome.event.is_object() ? outcome.event.value("reason", "") : "";
+  if (outcome.event.is_object() && outcome.event.value("type", "") == words.succeeded) {
+    std::printf("job %s%s%s\n", id.c_str(), words.done, reason.c_str());
+    return kExitOk;
+  }
+  if (outcome.event.is_object()) {
+    std::fprintf(stderr, "cnlab: job %s%s%s\n", id.c_str(), words.failed, reason.c_str());
+  } else if (!outcome.ended.empty()) {
+    std::fprintf(stderr, "cnlab: job %s ended (%s) %s\n", id.c_str(), outcome.ended.c_str(), words.ended);
+  } else {
+    std::fprintf(stderr, "cnlab: job %s: %s within %llds (cnlab describe %s)\n", id.c_str(), words.nothing,
+                 static_cast<long long>(timeout.count()), id.c_str());
+  }
+  return kExitFailed;
+}
+
 int checkpoint(const ClientFlags& flags, const std::string& id, bool wait, std::chrono::seconds timeout) {
   auto client = connect(flags);
   if (!client) return report(client.error());
@@ -71,19 +99,9 @@ int checkpoint(const ClientFlags& flags, const std::string& id, bool wait, std::
   std::fflush(stdout);
   if (!wait) return kExitOk;
   const Outcome outcome = wait_for_outcome(api, id, event_count(*job), timeout, {"Checkpointed", "CheckpointFailed"}, {});
-  if (outcome.event.is_object() && outcome.event.value("type", "") == "Checkpointed") {
-    std::printf("job %s checkpointed: %s\n", id.c_str(), outcome.event.value("reason", "").c_str());
-    return kExitOk;
-  }
-  if (outcome.event.is_object()) {
-    std::fprintf(stderr, "cnlab: job %s: checkpoint %s\n", id.c_str(), outcome.event.value("reason", "").c_str());
-  } else if (!outcome.ended.empty()) {
-    std::fprintf(stderr, "cnlab: job %s ended (%s) before its checkpoint was taken\n", id.c_str(), outcome.ended.c_str());
-  } else {
-    std::fprintf(stderr, "cnlab: job %s: no checkpoint within %llds (cnlab describe %s)\n", id.c_str(),
-                 static_cast<long long>(timeout.count()), id.c_str());
-  }
-  return kExitFailed;
+  return report_outcome(id, outcome, {"Checkpointed", " checkpointed: ", ": checkpoint ",
+                                      "before its checkpoint was taken", "no checkpoint"},
+                        timeout);
 }
 
 int migrate(const ClientFlags& flags, const std::string& id, const std::string& to, bool wait,
@@ -111,19 +129,9 @@ int migrate(const ClientFlags& flags, const std::string& id, const std::string& 
   };
   const Outcome outcome =
       wait_for_outcome(api, id, event_count(*job), timeout, {"Migrated", "MigrationFailed"}, print_progress);
-  if (outcome.event.is_object() && outcome.event.value("type", "") == "Migrated") {
-    std::printf("job %s %s\n", id.c_str(), outcome.event.value("reason", "").c_str());
-    return kExitOk;
-  }
-  if (outcome.event.is_object()) {
-    std::fprintf(stderr, "cnlab: job %s did not migrate: %s\n", id.c_str(), outcome.event.value("reason", "").c_str());
-  } else if (!outcome.ended.empty()) {
-    std::fprintf(stderr, "cnlab: job %s ended (%s) before it migrated\n", id.c_str(), outcome.ended.c_str());
-  } else {
-    std::fprintf(stderr, "cnlab: job %s: no outcome of the migration within %llds (cnlab describe %s)\n", id.c_str(),
-                 static_cast<long long>(timeout.count()), id.c_str());
-  }
-  return kExitFailed;
+  return report_outcome(id, outcome, {"Migrated", " ", " did not migrate: ", "before it migrated",
+                                      "no outcome of the migration"},
+                        timeout);
 }
 
 }  // namespace
