@@ -81,6 +81,7 @@ class AgentProcess {
     if (pid_ > 0) ::kill(pid_, sig);
   }
 
+  const std::string& name() const { return options_.name; }
   const std::string& data_dir() const { return data_dir_; }
   const std::string& metrics_url() const { return metrics_url_; }
   std::string log() const { return slurp(data_dir_ + ".log"); }

@@ -171,9 +171,9 @@ class MigrationTest : public AgentCluster {
     for (size_t i = at_death.size() + 1; i < all.size(); ++i) EXPECT_EQ(all[i].n, all[i - 1].n + 1);
     EXPECT_THAT(events(id), HasSubstr("processes restored (dumped on node-a)"));
   }
-  // What a dead node's job would be: gone. Its processes are the ones whose environment names
-  // it (a restored process keeps its environment), so tests running beside this one keep theirs.
-  static void kill_job_processes(const std::string& id) { signal_job_processes(id, "", SIGKILL); }
+  // What a dead node's job would be: gone (every copy of it on this machine; tests running beside
+  // this one keep theirs).
+  static void kill_job_processes(const std::string& id) { signal_job_processes(id, nullptr, SIGKILL); }
   // The pids of the live processes (not zombies) for which `match` (given /proc/PID) holds.
   static std::vector<pid_t> processes_where(const std::function<bool(const fs::path&)>& match) {
     std::vector<pid_t> found;
@@ -186,34 +186,36 @@ class MigrationTest : public AgentCluster {
     }
     return found;
   }
-  // Whether the process at `proc` is the job's, in the copy whose environment holds `dir` (a node's
-  // data directory, to tell its copy from another node's; "" for any).
-  static bool job_process(const fs::path& proc, const std::string& id, const std::string& dir) {
-    const std::string environ = read_proc_file(proc / "environ");
-    return environ.find("CNLAB_JOB_ID=" + id + '\0') != std::string::npos && environ.find(dir) != std::string::npos;
+  // Whether the process at `proc` belongs to the job's copy on `node` (any node's for nullptr):
+  // it is in the job's cgroup there, <parent>/<node>/<job>, with the namespace's init. Not told by
+  // its environment: a restored process keeps the one of the node it was dumped on, so the
+  // target's copy would pass for the source's.
+  static bool job_process(const fs::path& proc, const std::string& id, const AgentProcess* node) {
+    const std::string cgroup = (node ? "/" + node->name() : std::string()) + "/" + agent::cgroup_name_for(id) + "\n";
+    return read_proc_file(proc / "cgroup").find(cgroup) != std::string::npos;
   }
   static std::string command_line(const fs::path& proc) {
     std::string cmdline = read_proc_file(proc / "cmdline");
     std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
     return cmdline;
   }
-  // Sends `sig` to the job's processes in the copy under `dir`, and to its shims there (the
-  // namespace's init among them, whose environment is not the job's).
-  static void signal_job_processes(const std::string& id, const std::string& dir, int sig) {
-    const std::string shim_dir = dir + "/jobs/" + id + "/";
+  // Sends `sig` to the job's processes in its copy on `node` (any node's for nullptr), and to its
+  // shim there.
+  static void signal_job_processes(const std::string& id, const AgentProcess* node, int sig) {
+    const std::string shim_dir = node ? node->data_dir() + "/jobs/" + id + "/" : std::string();
     for (pid_t pid : processes_where([&](const fs::path& proc) {
            const std::string cmdline = command_line(proc);
-           const bool shim = !dir.empty() && cmdline.find("cnlab-shim") != std::string::npos &&
+           const bool shim = node && cmdline.find("cnlab-shim") != std::string::npos &&
                              cmdline.find(shim_dir) != std::string::npos;
-           return shim || job_process(proc, id, dir);
+           return shim || job_process(proc, id, node);
          })) {
       ::kill(pid, sig);
     }
   }
-  // The job's processes of the copy under `dir` that are still there: "pid state command" a line.
-  static std::string left_processes(const std::string& id, const std::string& dir) {
+  // The job's processes of its copy on `node` that are still there: "pid state command" a line.
+  static std::string left_processes(const std::string& id, const AgentProcess& node) {
     std::string text;
-    for (pid_t pid : processes_where([&](const fs::path& proc) { return job_process(proc, id, dir); })) {
+    for (pid_t pid : processes_where([&](const fs::path& proc) { return job_process(proc, id, &node); })) {
       const fs::path proc = "/proc/" + std::to_string(pid);
       const std::string status = read_proc_file(proc / "status");
       const size_t state = status.find("State:");
@@ -222,9 +224,9 @@ class MigrationTest : public AgentCluster {
     }
     return text;
   }
-  // How many processes of the job's copy under `dir` are alive.
-  static size_t job_processes_under(const std::string& id, const std::string& dir) {
-    return processes_where([&](const fs::path& proc) { return job_process(proc, id, dir); }).size();
+  // How many processes of the job's copy on `node` are alive.
+  static size_t job_processes_on(const std::string& id, const AgentProcess& node) {
+    return processes_where([&](const fs::path& proc) { return job_process(proc, id, &node); }).size();
   }
   // A CRIU that holds one of its commands on demand (tests/fakes/held_criu.h), for an agent's --criu.
   std::string held_criu() const {
@@ -385,9 +387,8 @@ TEST_F(LargeMigrationTest, APostCopyJobWhoseSourceDiesMidPullIsRequeuedSayingIts
   // it had saved, which the requeue ended: it stops the copy at once, without dumping it, and
   // never moves it again (it once sent it to node-b a second time and waited 30 minutes for a pull
   // that never came).
-  const std::string source_dir = agents_[0]->data_dir();
-  kill_criu_under(source_dir);
-  signal_job_processes(id, source_dir, SIGCONT);
+  kill_criu_under(agents_[0]->data_dir());
+  signal_job_processes(id, agents_[0].get(), SIGCONT);
   agents_[0]->start();
   EXPECT_TRUE(eventually([&] { return agents_[0]->log().find("job ended job=\"" + id + "\"") != std::string::npos; },
                          20s))
@@ -417,9 +418,8 @@ TEST_F(LargeMigrationTest, ASourceAgentStoppedWhileItServesPagesStopsWithinItsGr
   EXPECT_LT(took, 20s) << "the stop grace is 1 s; " << agents_[0]->log();
   EXPECT_THAT(agents_[0]->log(), HasSubstr("serving its pages was given up"));
   // Nothing of the source's copy is left running.
-  const std::string source_dir = agents_[0]->data_dir();
-  EXPECT_TRUE(eventually([&] { return job_processes_under(id, source_dir) == 0u; }, 10s))
-      << agents_[0]->log() << left_processes(id, source_dir);
+  EXPECT_TRUE(eventually([&] { return job_processes_on(id, *agents_[0]) == 0u; }, 10s))
+      << agents_[0]->log() << left_processes(id, *agents_[0]);
 
   // The target's pull, let go, finds the source gone: the job goes back to the queue.
   signal_criu_under(target_dir, SIGCONT);
@@ -562,7 +562,7 @@ TEST_F(MigrationTest, ATargetWhoseRestoreOutlastsTheMoveGivesItUpWhenTheServerNo
       },
       10s))
       << target.log();
-  EXPECT_EQ(job_processes_under(id, target.data_dir()), 0u);
+  EXPECT_EQ(job_processes_on(id, target), 0u);
 
   const int at = last_tick(id);
   ASSERT_TRUE(eventually([&] { return last_tick(id) >= at + 10; }, 20s)) << "thawed on the source" << agents_[0]->log();
@@ -605,7 +605,7 @@ TEST_F(MigrationTest, AJobCancelledWhileItIsDumpedForAMoveIsNotSentAndEndsCancel
   EXPECT_FALSE(has_event(id, "Migrated")) << events(id);
   EXPECT_THAT(events(id), HasSubstr("the job was cancelled meanwhile"));
   EXPECT_THAT(source.log(), Not(HasSubstr("migration dump sent"))) << "nothing was sent for the cancelled job";
-  EXPECT_EQ(job_processes_under(id, source.data_dir()), 0u);
+  EXPECT_EQ(job_processes_on(id, source), 0u);
 }
 
 // A move the server gave up while its source still dumped (the source's word of progress came
@@ -634,7 +634,7 @@ TEST_F(MigrationTest, AMoveGivenUpWhileItsSourceDumpsIsNotSentAndTheJobRunsOnThe
   EXPECT_EQ(get_job(*admin_, id)["status"]["phase"], "Running");
   EXPECT_FALSE(has_event(id, "Migrated")) << events(id);
   EXPECT_THAT(source.log(), Not(HasSubstr("migration dump sent"))) << "nothing was sent for the move given up";
-  EXPECT_EQ(job_processes_under(id, target.data_dir()), 0u);
+  EXPECT_EQ(job_processes_on(id, target), 0u);
   expect_unbroken(ticks(texts(logs(id))), at + 10);
   cancel_and_wait(id);
 }
