@@ -31,6 +31,7 @@ constexpr std::pair<JobEventType, std::string_view> kEventTypes[] = {
     {JobEventType::kMigrated, "Migrated"},
     {JobEventType::kMigrationFailed, "MigrationFailed"},
     {JobEventType::kCheckpointFailed, "CheckpointFailed"},
+    {JobEventType::kNotMovedForDrain, "NotMovedForDrain"},
 };
 
 constexpr int64_t kMaxCpuMilli = 1'000'000'000;

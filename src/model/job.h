@@ -49,6 +49,7 @@ enum class JobEventType : uint8_t {
   kMigrated,         // running on its new node, restored from the source's dump; the reason says the pause
   kMigrationFailed,  // the target could not take it: it carries on on the source
   kCheckpointFailed,  // a checkpoint asked for was not taken (the reason says why); the job runs on
+  kNotMovedForDrain,  // its node drains, and the drain does not move it (the reason: for now, or never)
 };
 std::string_view to_string(JobEventType type);  // "Queued", "Scheduled", ...
 std::optional<JobEventType> parse_job_event_type(std::string_view name);

@@ -25,6 +25,7 @@ std::vector<std::string> NodeDrain::check_once() {
   struct Draining {
     int in_flight = 0;
     std::vector<std::pair<int64_t, std::string>> movable;  // (memory_mib, job)
+    std::vector<std::pair<std::string, std::string>> staying;  // (job, why it never moves)
   };
   std::map<std::string, Draining> draining;
   auto gather = [&](const ObjectCache& c) {
@@ -33,28 +34,46 @@ std::vector<std::string> NodeDrain::check_once() {
     });
     if (draining.empty()) return 0;
     c.jobs.for_each([&](const std::string& id, const model::Job& job, int64_t) {
-      if (job.status.placement.size() != 1) return;
+      if (job.status.placement.empty()) return;
+      if (job.status.placement.size() > 1) {  // a gang: it runs to its end wherever it is
+        if (job.status.phase != model::JobPhase::kRunning) return;
+        for (const auto& binding : job.status.placement) {
+          if (auto it = draining.find(binding.node); it != draining.end()) {
+            it->second.staying.emplace_back(id, migration_refusal(job, nullptr));
+          }
+        }
+        return;
+      }
       auto it = draining.find(job.status.migration && !job.status.migration->from.empty() ? job.status.migration->from
                                                                                            : job.status.placement.front().node);
       if (it == draining.end()) return;
       if (job.status.migration) {
         ++it->second.in_flight;
-      } else if (job.status.phase == model::JobPhase::kRunning && job.spec.checkpointable && !job.status.cancel_requested) {
-        it->second.movable.emplace_back(job.spec.memory_mib, id);
+      } else if (job.status.phase == model::JobPhase::kRunning && !job.status.cancel_requested) {
+        if (job.spec.checkpointable) {
+          it->second.movable.emplace_back(job.spec.memory_mib, id);
+        } else {
+          it->second.staying.emplace_back(id, migration_refusal(job, nullptr));
+        }
       }
     });
     return 0;
   };
   cache_.read(gather);
   std::vector<std::string> asked;
-  std::erase_if(not_moved_, [&](const auto& entry) {  // only jobs still waiting to move are remembered
+  std::erase_if(not_moved_, [&](const auto& entry) {  // only jobs still on a draining node are remembered
     return std::none_of(draining.begin(), draining.end(), [&](const auto& d) {
       return std::any_of(d.second.movable.begin(), d.second.movable.end(),
-                         [&](const auto& m) { return m.second == entry.first; });
+                         [&](const auto& m) { return m.second == entry.first; }) ||
+             std::any_of(d.second.staying.begin(), d.second.staying.end(),
+                         [&](const auto& s) { return s.first == entry.first; });
     });
   });
   if (draining.empty()) return asked;
   const Time now = clock_();
+  for (const auto& [node, d] : draining) {
+    for (const auto& [id, why] : d.staying) not_moved(id, node, why, /*for_now=*/false, now);
+  }
   auto no_cycle = hold_scheduler_();
   for (auto& [node, d] : draining) {
     std::sort(d.movable.begin(), d.movable.end());
@@ -70,32 +89,40 @@ std::vector<std::string> NodeDrain::check_once() {
 }
 
 bool NodeDrain::move_off(const std::string& id, const std::string& node, Time now) {
-  auto chosen = cache_.read([&](const ObjectCache& c) -> Result<MigrationTarget> {
+  // Why not now: never (the job cannot migrate), not yet (no room elsewhere), or not again yet.
+  enum class Not { kEver, kYet, kAgainYet };
+  std::pair<Not, std::string> refused{Not::kYet, ""};
+  auto chosen = cache_.read([&](const ObjectCache& c) -> std::optional<MigrationTarget> {
     auto job = c.jobs.get(id);
     auto from = c.nodes.get(node);
-    if (!job.object || !from.object) return Error::not_found("job", id, "gone");
+    if (!job.object || !from.object) return std::nullopt;
     if (std::string why = migration_refusal(*job.object, from.object.get()); !why.empty()) {
-      return Error::failed_precondition(why);
+      refused = {Not::kEver, why};
+      return std::nullopt;
     }
     // A move that just failed (its target could not restore it, say) is not asked again at once.
     const auto& events = job.object->status.events;
     auto failed = std::find_if(events.rbegin(), events.rend(),
                                [](const auto& e) { return e.type == model::JobEventType::kMigrationFailed; });
     if (failed != events.rend() && now - failed->time < kDrainRetryAfter) {
-      return Error::failed_precondition(fmt::format("its last move failed {} ago; the drain tries again {} after",
-                                                    format_duration(now - failed->time), format_duration(kDrainRetryAfter)));
+      refused = {Not::kAgainYet, fmt::format("its last move failed; the drain tries again {} after it",
+                                             format_duration(kDrainRetryAfter))};
+      return std::nullopt;
     }
-    return roomiest_migration_target(c, *job.object, *from.object, free_room(c));
+    auto target = roomiest_migration_target(c, *job.object, *from.object, free_room(c));
+    if (!target) {
+      refused = {Not::kYet, target.error().message};
+      return std::nullopt;
+    }
+    return *target;
   });
-  auto not_now = [&](const std::string& why) {
-    auto [it, first] = not_moved_.try_emplace(id, why);
-    if (first || it->second != why) {
-      it->second = why;
-      spdlog::info("drain: job not moved off node=\"{}\" job=\"{}\" reason=\"{}\"", node, id, why);
+  if (!chosen) {
+    // A failed move has its MigrationFailed event already: the job's record is not written again.
+    if (!refused.second.empty()) {
+      not_moved(id, node, refused.second, refused.first != Not::kEver, now, refused.first != Not::kAgainYet);
     }
     return false;
-  };
-  if (!chosen) return not_now(chosen.error().message);
+  }
   Json audit = {{"time", format_rfc3339(now)}, {"actor", "node-drain"}, {"action", "jobs.migrate"}, {"target", id},
                 {"outcome", "ok"}, {"detail", {{"from", node}, {"to", chosen->node}, {"for", "drain of " + node}}}};
   if (!chosen->gpus.new_instances.empty()) {
@@ -107,7 +134,8 @@ bool NodeDrain::move_off(const std::string& id, const std::string& node, Time no
                          {"target", chosen->node}, {"outcome", "ok"}, {"detail", {{"job", id}, {"added", instances}}}};
     if (auto added = add_mig_instances(store_, cache_, chosen->node, chosen->gpus.new_instances, layout_audit.dump());
         !added) {
-      return not_now(added.error().message);
+      not_moved(id, node, added.error().message, /*for_now=*/true, now);
+      return false;
     }
   }
   auto updated = update_job(
@@ -127,6 +155,32 @@ bool NodeDrain::move_off(const std::string& id, const std::string& node, Time no
   not_moved_.erase(id);
   spdlog::info("drain: job asked to move off node=\"{}\" job=\"{}\" to=\"{}\"", node, id, chosen->node);
   return true;
+}
+
+void NodeDrain::not_moved(const std::string& id, const std::string& node, const std::string& why, bool for_now,
+                          Time now, bool event) {
+  auto [it, first] = not_moved_.try_emplace(id, why);
+  if (!first && it->second == why) return;
+  it->second = why;
+  spdlog::info("drain: job not moved off node=\"{}\" job=\"{}\" reason=\"{}\"", node, id, why);
+  if (!event) return;
+  const std::string reason =
+      for_now ? fmt::format("node {} drains; the job moves off it once it can: {}", node, why)
+              : fmt::format("node {} drains, and the job cannot move: {}; it runs to its end there", node, why);
+  auto noted = update_job(
+      store_, &cache_, id,
+      [&](model::Job& job) -> Result<bool> {
+        // Said once per reason, also across a restart of the server (which empties not_moved_).
+        const auto& events = job.status.events;
+        if (!events.empty() && events.back().type == model::JobEventType::kNotMovedForDrain &&
+            events.back().reason == reason) {
+          return false;
+        }
+        job.status.events.push_back({model::JobEventType::kNotMovedForDrain, now, reason});
+        return true;
+      },
+      std::nullopt);
+  if (!noted) spdlog::warn("drain: job event not written job=\"{}\" error=\"{}\"", id, noted.error().to_string());
 }
 
 }  // namespace cnlab::server

@@ -4,7 +4,8 @@
 // holding GPUs only between nodes that checkpoint GPU state). What cannot move (not checkpointable,
 // a gang, GPUs without GPU checkpoints) runs to its end there, as on a cordoned node; a job no node
 // has room for yet is tried again on the next pass, as other work ends, and one whose move failed
-// (it carries on where it was) after kDrainRetryAfter.
+// (it carries on where it was) after kDrainRetryAfter. Each job that stays says why in a
+// NotMovedForDrain event, once per reason.
 //
 // At most kDrainMovesInFlight moves leave one node at once, smallest memory first: each freezes its
 // job and copies it, and a drain of many jobs at once would freeze them all together and fight for
@@ -39,8 +40,13 @@ class NodeDrain {
   std::vector<std::string> check_once();
 
  private:
-  // Asks one job to move off draining node `node`; false where it cannot now (logged once per reason).
+  // Asks one job to move off draining node `node`; false where it cannot now.
   bool move_off(const std::string& id, const std::string& node, Time now);
+  // Says why job `id` is not moved off draining `node`, once per reason: in the server's log and,
+  // unless `event` is false, as a NotMovedForDrain event on the job (what `cnlab describe` shows).
+  // `for_now`: it moves once it can (room elsewhere); otherwise it runs to its end there.
+  void not_moved(const std::string& id, const std::string& node, const std::string& why, bool for_now, Time now,
+                 bool event = true);
 
   store::Store& store_;
   ObjectCache& cache_;

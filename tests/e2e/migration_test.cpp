@@ -664,6 +664,8 @@ TEST_F(MigrationTest, ADrainedNodesCheckpointableJobMovesLiveAndTheOtherRunsOnTh
   EXPECT_EQ(placed_on(plain), "node-a");
   EXPECT_EQ(get_job(*admin_, plain)["status"]["phase"], "Running");
   EXPECT_THAT(cnlab("nodes").second, HasSubstr("draining: 1 job left")) << "the one that finishes there";
+  EXPECT_THAT(cnlab("describe " + plain).second,
+              HasSubstr("NotMovedForDrain  node node-a drains, and the job cannot move: the job is not checkpointable"));
   cancel_and_wait(id);
   cancel_and_wait(plain);
   EXPECT_TRUE(eventually([&] { return cnlab("nodes").second.find("drained: no jobs left") != std::string::npos; }, 10s))

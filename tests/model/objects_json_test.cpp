@@ -103,11 +103,10 @@ Job finished_job() {
   job.status.waiting_reason = "waiting for 25 blocks of h100";
   job.status.cancel_requested = true;
   job.status.attempts = 2;
-  const JobEventType types[] = {JobEventType::kQueued,    JobEventType::kScheduled,    JobEventType::kStarted,
-                                JobEventType::kPreempted, JobEventType::kCheckpointed, JobEventType::kResumed,
-                                JobEventType::kFinished,  JobEventType::kCancelled,    JobEventType::kFailed};
   Time t = at("2026-11-30T10:00:00Z");
-  for (JobEventType type : types) {
+  // Every type there is, the last one named here (a new type goes last, or this stops short of it).
+  for (int i = 0; i <= static_cast<int>(JobEventType::kNotMovedForDrain); ++i) {
+    const auto type = static_cast<JobEventType>(i);
     job.status.events.push_back(
         {type, t, type == JobEventType::kQueued ? "" : "because " + std::string(to_string(type))});
     t += kMinute;
@@ -128,6 +127,7 @@ TEST(JobJson, RoundTripsEveryControlPlaneField) {
   EXPECT_EQ(j["status"]["events"][1],
             Json({{"type", "Scheduled"}, {"time", "2026-11-30T10:01:00Z"}, {"reason", "because Scheduled"}}));
   EXPECT_FALSE(j["status"]["events"][0].contains("reason"));
+  EXPECT_EQ(j["status"]["events"].back()["type"], "NotMovedForDrain");
   EXPECT_EQ(j["status"]["exit_code"], 137);
   EXPECT_EQ(j["status"]["signal"], 9);
   EXPECT_EQ(j["status"]["finished_at"], "2026-11-30T11:00:00Z");

@@ -31,6 +31,16 @@ class NodeDrainTest : public ClusterTest {
     return status.contains("migration") ? status["migration"].value("to", "") : "";
   }
 
+  // The reasons of the job's NotMovedForDrain events, in order.
+  std::vector<std::string> not_moved(const std::string& id) {
+    std::vector<std::string> reasons;
+    const Json job = get_job(*admin_, id);
+    for (const auto& e : job["status"]["events"]) {
+      if (e["type"] == "NotMovedForDrain") reasons.push_back(e["reason"]);
+    }
+    return reasons;
+  }
+
   std::unique_ptr<net::Client> source_;
 };
 
@@ -64,6 +74,13 @@ TEST_F(NodeDrainTest, ADrainedNodesCheckpointableJobsMoveTwoAtATimeAndTheRestSta
   std::this_thread::sleep_for(1500ms);
   EXPECT_EQ(moving_to(small), "") << "asked again right after its move failed";
   EXPECT_EQ(moving_to(plain), "") << "not checkpointable: it runs to its end on the drained node";
+  // It says so, once, for its user's `cnlab describe`; the failed move's own event says why it stays.
+  const auto plain_reasons = not_moved(plain);
+  ASSERT_EQ(plain_reasons.size(), 1u) << get_job(*admin_, plain).dump();
+  EXPECT_EQ(plain_reasons[0],
+            "node gpu-1 drains, and the job cannot move: the job is not checkpointable (spec.checkpointable); it runs "
+            "to its end there");
+  EXPECT_TRUE(not_moved(small).empty()) << get_job(*admin_, small).dump();
 
   const std::string audit = call(*admin_, "GET", "/v1/audit?limit=100", 200).dump();
   EXPECT_THAT(audit, HasSubstr("node-drain"));
@@ -76,8 +93,34 @@ TEST_F(NodeDrainTest, AJobNoOtherNodeHasRoomForStaysUntilOneDoes) {
   call(*admin_, "POST", "/v1/nodes/gpu-1/drain", 200);
   std::this_thread::sleep_for(1500ms);
   EXPECT_EQ(moving_to(id), "");
+  const auto reasons = not_moved(id);  // passes went by: said once
+  ASSERT_EQ(reasons.size(), 1u) << get_job(*admin_, id).dump();
+  EXPECT_THAT(reasons[0], HasSubstr("node gpu-1 drains; the job moves off it once it can: no other node can take job"));
   register_peer("roomy", 8000);
   ASSERT_TRUE(eventually([&] { return moving_to(id) == "roomy"; }, 5s)) << get_job(*admin_, id).dump();
+}
+
+// A gang never moves (only single-node jobs migrate): it says so, and runs on where it is.
+TEST_F(NodeDrainTest, AGangOnADrainingNodeSaysItRunsToItsEndThere) {
+  std::map<std::string, std::unique_ptr<net::Client>> agents;
+  for (const std::string node : {"gpu-1", "gpu-2"}) agents[node] = server_->client(register_node(node, "h100", 8));
+  Json body = job_body("default", "h100x16");
+  body["spec"]["checkpointable"] = true;  // which alone does not move it
+  std::string id = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
+  ASSERT_TRUE(wait_for_phase(*admin_, id, "Scheduled"));
+  for (const auto& [node, agent] : agents) call(*agent, "PUT", "/v1/jobs/" + id + "/status", 200, {{"phase", "Running"}});
+  register_node("gpu-3", "h100", 8);
+
+  call(*admin_, "POST", "/v1/nodes/gpu-2/drain", 200);
+  ASSERT_TRUE(eventually([&] { return !not_moved(id).empty(); }, 5s)) << get_job(*admin_, id).dump();
+  std::this_thread::sleep_for(1500ms);
+  const auto reasons = not_moved(id);
+  ASSERT_EQ(reasons.size(), 1u);
+  EXPECT_EQ(reasons[0],
+            "node gpu-2 drains, and the job cannot move: a gang job (several nodes) does not migrate; it runs to its "
+            "end there");
+  EXPECT_EQ(moving_to(id), "");
+  EXPECT_EQ(get_job(*admin_, id)["status"]["phase"], "Running");
 }
 
 }  // namespace
