@@ -138,13 +138,14 @@ TEST_F(VgpuTest, ASliceLeftIdlePastItsClassLimitIsReclaimedAndAudited) {
   // A dev job that holds its slice and never touches the GPU (the server allows dev 4 s here).
   std::string id = submit({"hold", "64", "60"}, "h100-25", "dev");
   Json job = wait_for_end(id, 40s);
-  EXPECT_EQ(job["status"]["phase"], "Cancelled") << job.dump();
+  EXPECT_EQ(job["status"]["phase"], "Cancelled") << job.dump() << output(id) << agent_->log();
   EXPECT_TRUE(has_event(job, "IdleReclaimed", "dev jobs may idle 4s")) << job.dump();
   Json audit = call(*admin_, "GET", "/v1/audit?limit=1000", 200);
   EXPECT_THAT(audit.dump(), HasSubstr("jobs.reclaim"));
   // A production job is never reclaimed for idling.
   std::string kept = submit({"hold", "64", "60"}, "h100-25", "production");
-  ASSERT_TRUE(eventually([&] { return get_job(*admin_, kept)["status"]["phase"] == "Running"; }, 20s));
+  ASSERT_TRUE(eventually([&] { return get_job(*admin_, kept)["status"]["phase"] == "Running"; }, 20s))
+      << get_job(*admin_, kept).dump() << agent_->log();
   std::this_thread::sleep_for(6s);
   EXPECT_EQ(get_job(*admin_, kept)["status"]["phase"], "Running");
   call(*admin_, "POST", "/v1/jobs/" + kept + "/cancel", 200);
