@@ -2,7 +2,6 @@
 // creates a credential prints it alone on its last line, so scripts can take `tail -1`.
 #include <cstdio>
 #include <memory>
-#include <tuple>
 #include <vector>
 
 #include "cli/cli.h"
@@ -167,26 +166,7 @@ void add_admin_commands(CLI::App& app, std::shared_ptr<ClientFlags> flags) {
   add_list(*binding, flags, "role bindings (yours, and all in projects you administer)", "/v1/rolebindings",
            {{"NAME", "/metadata/name"}, {"USER", "/spec/user"}, {"PROJECT", "/spec/project"}, {"ROLE", "/spec/role"}});
 
-  // Kubernetes' cordon, drain and uncordon; a drain here moves checkpointable jobs live instead of
-  // evicting them, and leaves the rest to finish (docs/api.md, POST /v1/nodes/{name}/drain).
-  auto* node = admin->add_subcommand("node", "Nodes: cordon, drain (moves its checkpointable jobs live), uncordon")
-                   ->require_subcommand(1);
-  for (const auto& [verb, help, done] :
-       std::vector<std::tuple<std::string, std::string, std::string>>{
-           {"cordon", "Take no new work on the node; its jobs run on", "cordoned: it takes no new work"},
-           {"drain", "Take no new work, and move its running checkpointable jobs live to other nodes (the rest finish there)",
-            "draining: no new work; its checkpointable jobs move live to other nodes, the rest run to their end "
-            "(cnlab ps --all shows them moving)"},
-           {"uncordon", "Take new work again (ends a cordon or a drain)", "takes new work again"}}) {
-    auto* command = node->add_subcommand(verb, help);
-    auto name = std::make_shared<std::string>();
-    command->add_option("NAME", *name, "Node name (cnlab nodes lists them)")->required();
-    command->footer("Example:\n  cnlab admin node " + verb + " gpu-7");
-    command->callback([flags, verb, done, name] {
-      finish(call_json(*flags, "POST", "/v1/nodes/" + *name + "/" + verb, Json::object()),
-             [&](const Json&) { std::printf("node %s %s\n", name->c_str(), done.c_str()); });
-    });
-  }
+  add_node_commands(*admin, flags);  // node_command.cpp
 
   auto* quota = admin->add_subcommand("quota", "Quotas")->require_subcommand(1);
   auto* quota_set = quota->add_subcommand("set", "Create or replace a quota");

@@ -11,6 +11,7 @@
 namespace cnlab::cli {
 
 void add_admin_commands(CLI::App& app, std::shared_ptr<ClientFlags> flags);
+void add_node_commands(CLI::App& admin, std::shared_ptr<ClientFlags> flags);  // node_command.cpp: admin node ...
 void add_audit_commands(CLI::App& app, std::shared_ptr<ClientFlags> flags);
 void add_run_command(CLI::App& app, std::shared_ptr<ClientFlags> flags);     // run_command.cpp
 void add_logs_command(CLI::App& app, std::shared_ptr<ClientFlags> flags);    // logs_command.cpp

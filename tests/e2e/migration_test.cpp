@@ -14,6 +14,7 @@
 #include <fstream>
 #include <functional>
 #include <regex>
+#include <thread>
 
 #include "agent/runtime/runtime.h"
 #include "../fakes/held_criu.h"
@@ -666,10 +667,22 @@ TEST_F(MigrationTest, ADrainedNodesCheckpointableJobMovesLiveAndTheOtherRunsOnTh
   EXPECT_THAT(cnlab("nodes").second, HasSubstr("draining: 1 job left")) << "the one that finishes there";
   EXPECT_THAT(cnlab("describe " + plain).second,
               HasSubstr("NotMovedForDrain  node node-a drains, and the job cannot move: the job is not checkpointable"));
+  // Waiting for the drain's end, as `kubectl drain` does: the job that stays is named, with why.
+  auto [timed_out, waited] = cnlab("admin node drain node-a --wait --timeout 2");
+  EXPECT_EQ(timed_out, 1) << waited;
+  EXPECT_THAT(waited, HasSubstr("  1 job left"));
+  EXPECT_THAT(waited, HasSubstr("node node-a still has 1 job after 2s:\n  " + plain +
+                                ": node node-a drains, and the job cannot move: the job is not checkpointable"));
   cancel_and_wait(id);
-  cancel_and_wait(plain);
-  EXPECT_TRUE(eventually([&] { return cnlab("nodes").second.find("drained: no jobs left") != std::string::npos; }, 10s))
-      << cnlab("nodes").second;
+  std::thread cancel([&] {
+    std::this_thread::sleep_for(1s);
+    cancel_and_wait(plain);
+  });
+  auto [drained, said_drained] = cnlab("admin node drain node-a --wait --timeout 60");
+  cancel.join();
+  EXPECT_EQ(drained, 0) << said_drained;
+  EXPECT_THAT(said_drained, HasSubstr("node node-a drained: no jobs left"));
+  EXPECT_THAT(cnlab("nodes").second, HasSubstr("drained: no jobs left"));
 }
 
 TEST_F(MigrationTest, ATargetThatDiesMidMigrationLeavesTheJobRunningOnTheSource) {

@@ -1,0 +1,127 @@
+// `cnlab admin node cordon|drain|uncordon NAME`: Kubernetes' verbs. A drain here moves the node's
+// checkpointable jobs live instead of evicting them and leaves the rest to finish there
+// (docs/api.md, POST /v1/nodes/{name}/drain). `drain --wait` follows the drain to its end, as
+// `kubectl drain` does: it prints how many jobs are left each time that changes, and exits 0 once
+// none is; at --timeout it lists the jobs left, each with what it waits for, and exits 1.
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "cli/client_config.h"
+#include "cli/commands.h"
+#include "cli/exit_codes.h"
+
+namespace cnlab::cli {
+namespace {
+
+using namespace std::chrono_literals;
+
+Result<Json> get_json(net::Client& api, const std::string& target) {
+  auto answer = api.request("GET", target);
+  if (!answer) return answer.error();
+  if (answer->status != 200) return net::error_from_response(answer->status, answer->body, "");
+  Json body = Json::parse(answer->body, nullptr, false);
+  if (!body.is_object()) return Error::internal("the server answered " + target + " with something that is not JSON");
+  return body;
+}
+
+// What a job still on a draining node waits for: its move under way, why the drain leaves it
+// there (its latest NotMovedForDrain event, when that is its latest event), or its turn.
+std::string waits_for(const Json& job) {
+  const Json& status = job["status"];
+  if (status.contains("migration") && status["migration"].is_object()) {
+    return "moving to " + status["migration"].value("to", "another node");
+  }
+  const Json events = status.value("events", Json::array());
+  if (!events.empty() && events.back().value("type", "") == "NotMovedForDrain") return events.back().value("reason", "");
+  if (status.value("phase", "") == "Scheduled") return "bound here, not started yet";
+  return "its turn to move (at most 2 leave a node at once)";
+}
+
+// "  JOB: what it waits for", a line per job bound to `node` (Scheduled or Running).
+std::string jobs_left(net::Client& api, const std::string& node) {
+  auto listed = get_json(api, "/v1/jobs?node=" + node);
+  if (!listed) return "  (the jobs could not be listed: " + listed.error().message + ")\n";
+  std::string lines;
+  for (const Json& job : listed->value("items", Json::array())) {
+    const std::string phase = job["status"].value("phase", "");
+    if (phase != "Scheduled" && phase != "Running") continue;
+    lines += "  " + job["metadata"].value("name", "?") + ": " + waits_for(job) + "\n";
+  }
+  return lines;
+}
+
+// Polls the node until no job is bound to it; see the file's comment.
+int wait_until_drained(const ClientFlags& flags, const std::string& node, std::chrono::seconds timeout) {
+  auto client = connect(flags);
+  if (!client) return report(client.error());
+  net::Client& api = **client;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  int64_t said = -1;  // the count last printed
+  while (true) {
+    auto got = get_json(api, "/v1/nodes/" + node);
+    if (!got) return report(got.error());
+    const Json& status = (*got)["status"];
+    const std::string phase = status.value("phase", "");
+    const int64_t left = status.value("bound_jobs", int64_t{0});
+    if (phase != "Draining") {
+      std::fprintf(stderr, "cnlab: node %s is no longer draining (%s) with %lld job%s left\n", node.c_str(),
+                   phase.c_str(), static_cast<long long>(left), left == 1 ? "" : "s");
+      return kExitFailed;
+    }
+    if (left == 0) {
+      std::printf("node %s drained: no jobs left\n", node.c_str());
+      return kExitOk;
+    }
+    if (left != said) {
+      std::printf("  %lld job%s left\n", static_cast<long long>(left), left == 1 ? "" : "s");
+      std::fflush(stdout);
+      said = left;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      std::fprintf(stderr, "cnlab: node %s still has %lld job%s after %llds:\n%s", node.c_str(),
+                   static_cast<long long>(left), left == 1 ? "" : "s", static_cast<long long>(timeout.count()),
+                   jobs_left(api, node).c_str());
+      return kExitFailed;
+    }
+    std::this_thread::sleep_for(1s);
+  }
+}
+
+}  // namespace
+
+void add_node_commands(CLI::App& admin, std::shared_ptr<ClientFlags> flags) {
+  auto* node = admin.add_subcommand("node", "Nodes: cordon, drain (moves its checkpointable jobs live), uncordon")
+                   ->require_subcommand(1);
+  for (const auto& [verb, help, done] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"cordon", "Take no new work on the node; its jobs run on", "cordoned: it takes no new work"},
+           {"drain", "Take no new work, and move its running checkpointable jobs live to other nodes (the rest finish there)",
+            "draining: no new work; its checkpointable jobs move live to other nodes, the rest run to their end "
+            "(cnlab ps --all shows them moving)"},
+           {"uncordon", "Take new work again (ends a cordon or a drain)", "takes new work again"}}) {
+    auto* command = node->add_subcommand(verb, help);
+    auto name = std::make_shared<std::string>();
+    auto wait = std::make_shared<bool>(false);
+    auto timeout = std::make_shared<int64_t>(600);
+    command->add_option("NAME", *name, "Node name (cnlab nodes lists them)")->required();
+    if (verb == "drain") {
+      command->add_flag("--wait", *wait, "Wait until no job is left on the node (exit 1 at --timeout, listing them)");
+      command->add_option("--timeout", *timeout, "Seconds --wait waits")->capture_default_str()->check(CLI::PositiveNumber);
+    }
+    command->footer("Example:\n  cnlab admin node " + verb + " gpu-7" + (verb == "drain" ? " --wait" : ""));
+    command->callback([flags, verb, done, name, wait, timeout] {
+      auto answered = call_json(*flags, "POST", "/v1/nodes/" + *name + "/" + verb, Json::object());
+      if (!answered) std::exit(report(answered.error()));
+      std::printf("node %s %s\n", name->c_str(), done.c_str());
+      std::fflush(stdout);
+      std::exit(*wait ? wait_until_drained(*flags, *name, std::chrono::seconds(*timeout)) : kExitOk);
+    });
+  }
+}
+
+}  // namespace cnlab::cli
