@@ -176,6 +176,7 @@ net::Response Api::put_checkpoint(const Call& call) {
     }
   }
   if (!updated) return error_response(updated.error());
+  ctx_.metrics.checkpoints.inc({{"outcome", "stored"}, {"kind", kind}});
   spdlog::info("checkpoint stored job=\"{}\" digest=\"{}\" bytes={} node=\"{}\"", id, *digest, taken.size_bytes,
                caller.node);
   return json_response(201, {{"job", id}, {"checkpoint", model::to_json(taken)}});

@@ -135,12 +135,18 @@ class ControlPlaneImpl final : public ControlPlane {
     cache_->read([&](const ObjectCache& c) {
       std::map<std::pair<std::string, std::string>, double> jobs;
       double migrating = 0;
+      std::map<std::string, int64_t> archives;  // digest -> bytes: jobs may name the same one
       c.jobs.for_each([&](const std::string&, const model::Job& job, int64_t) {
         jobs[{std::string(to_string(job.status.phase)), job.spec.priority_class}] += 1;
         if (job.status.migration) migrating += 1;
+        if (job.status.checkpoint) archives[job.status.checkpoint->digest] = job.status.checkpoint->size_bytes;
+        for (const auto& older : job.status.older_checkpoints) archives[older.digest] = older.size_bytes;
       });
       for (const auto& [key, count] : jobs) metrics_.jobs.set({{"phase", key.first}, {"class", key.second}}, count);
       metrics_.jobs_migrating.set({}, migrating);
+      double archive_bytes = 0;
+      for (const auto& [digest, bytes] : archives) archive_bytes += static_cast<double>(bytes);
+      metrics_.checkpoint_bytes.set({}, archive_bytes);
       // Allocated: held by jobs anywhere. Free: on schedulable nodes' healthy GPUs, not held.
       std::map<std::string, double> allocated, free, nodes;
       c.nodes.for_each([&](const std::string& name, const model::Node& node, int64_t) {

@@ -603,10 +603,12 @@ net::Response Api::report_job_status(const Call& call) {
   std::optional<double> start_latency;
   std::pair<std::string, std::string> move_ended;  // a move that ended: its outcome and, migrated, its mode
   int64_t move_pause_ms = 0;
+  bool not_taken = false;  // a CheckpointFailed event written
   auto updated = update_job(
       ctx_.store, &ctx_.cache, id,
       [&](model::Job& job) -> Result<bool> {
         move_ended = {};  // this try's, not an earlier one's that lost a race
+        not_taken = false;
         if (!holds_gpus(job.status.phase) || !bound_to(job, call.caller.node)) {
           return Error::of(ErrorCode::kConflict, "job", id,
                            "the job is " + std::string(to_string(job.status.phase)) + ", not bound to this node");
@@ -670,6 +672,7 @@ net::Response Api::report_job_status(const Call& call) {
           if (!checkpoint_failed.empty()) {
             job.status.events.push_back(event(model::JobEventType::kCheckpointFailed, call.now,
                                               "not taken on " + call.caller.node + ": " + checkpoint_failed));
+            not_taken = true;
             changed = true;
           }
           if (!move_requested.empty()) {
@@ -762,6 +765,7 @@ net::Response Api::report_job_status(const Call& call) {
       audit.dump());
   if (!updated) return error_response(updated.error());
   if (start_latency) ctx_.metrics.submit_to_start.observe({}, *start_latency);
+  if (not_taken) ctx_.metrics.checkpoints.inc({{"outcome", "not_taken"}});
   if (!move_ended.first.empty()) {
     ctx_.metrics.migrations.inc({{"outcome", move_ended.first}});
     if (!move_ended.second.empty()) ctx_.metrics.migration_pause.observe({{"mode", move_ended.second}}, move_pause_ms / 1000.0);

@@ -128,7 +128,11 @@ Metrics::Metrics()
       migration_pause(histogram("cnlab_migration_pause_seconds",
                                 "How long a migrated job was frozen, from its source's dump to running on its target",
                                 {0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300})),
-      jobs_migrating(gauge("cnlab_jobs_migrating", "Jobs with a live migration under way")) {}
+      jobs_migrating(gauge("cnlab_jobs_migrating", "Jobs with a live migration under way")),
+      checkpoints(counter("cnlab_checkpoints_total",
+                          "Checkpoints stored (by kind: process, files) and asked for but not taken (not_taken)")),
+      checkpoint_bytes(gauge("cnlab_checkpoint_stored_bytes",
+                             "Bytes of the checkpoint archives the server keeps for jobs (each archive once)")) {}
 
 MetricFamily& Metrics::add(std::unique_ptr<MetricFamily> family) {
   std::lock_guard lock(mutex_);

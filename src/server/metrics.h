@@ -78,6 +78,8 @@ class Metrics {
   MetricFamily& migrations;        // cnlab_migrations_total{outcome}: migrated, given_up
   MetricFamily& migration_pause;   // cnlab_migration_pause_seconds{mode}: post-copy, stop-and-copy
   MetricFamily& jobs_migrating;    // cnlab_jobs_migrating: moves under way
+  MetricFamily& checkpoints;       // cnlab_checkpoints_total{outcome,kind}: stored (process, files), not_taken
+  MetricFamily& checkpoint_bytes;  // cnlab_checkpoint_stored_bytes: the archives jobs keep, each once
 
  private:
   MetricFamily& add(std::unique_ptr<MetricFamily> family);

@@ -129,14 +129,6 @@ class MigrationProgressTest : public AgentToAgentTest {
     from_ = get_job(*admin_, id_)["status"]["placement"][0]["node"];
   }
 
-  // The value of one series on the server's /metrics; -1 when it is not there.
-  double metric(const std::string& series) {
-    auto scraped = server_->client("")->request("GET", "/metrics");
-    const std::string text = scraped ? "\n" + scraped->body : "";
-    const size_t at = text.find("\n" + series + " ");
-    return at == std::string::npos ? -1.0 : std::stod(text.substr(at + series.size() + 2));
-  }
-
   std::unique_ptr<net::Client> node_1_, node_2_;
   std::map<std::string, std::string> tokens_;  // each node's token
   std::string id_, from_;

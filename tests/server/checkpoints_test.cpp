@@ -145,6 +145,9 @@ TEST_F(CheckpointsTest, OnlyTheLatestThreeAreKeptAndTheArchivesOfOlderOnesAreRem
   EXPECT_EQ(get(*admin_).body, "fourth");
   EXPECT_EQ(get(*admin_, "?digest=" + digest_of("second")).body, "second");
   EXPECT_EQ(get(*admin_, "?digest=" + digest_of("first")).status, 404);
+  // Operators see them counted, and what the kept ones weigh: "second" + "third" + "fourth".
+  EXPECT_EQ(metric("cnlab_checkpoints_total{outcome=\"stored\",kind=\"files\"}"), 4);
+  EXPECT_EQ(metric("cnlab_checkpoint_stored_bytes"), 6 + 5 + 6);
 }
 
 TEST_F(CheckpointsTest, AnArchiveAnotherJobStillNamesIsNotRemoved) {

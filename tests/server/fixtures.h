@@ -58,6 +58,14 @@ class ClusterTest : public ::testing::Test {
 
   Json get_job(net::Client& client, const std::string& id) { return call(client, "GET", "/v1/jobs/" + id, 200); }
 
+  // The value of one series (`name{labels}` as rendered) on the server's /metrics; -1 when absent.
+  double metric(const std::string& series) {
+    auto scraped = server_->client("")->request("GET", "/metrics");
+    const std::string text = scraped ? "\n" + scraped->body : "";
+    const size_t at = text.find("\n" + series + " ");
+    return at == std::string::npos ? -1.0 : std::stod(text.substr(at + series.size() + 2));
+  }
+
   bool wait_for_phase(net::Client& client, const std::string& id, const std::string& phase) {
     return eventually([&] { return get_job(client, id)["status"]["phase"] == phase; });
   }

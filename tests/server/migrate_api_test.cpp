@@ -251,6 +251,7 @@ TEST_F(MigrateApiTest, AnAgentSaysWhyACheckpointWasNotTakenAndTheJobRunsOn) {
   EXPECT_EQ(job["status"]["events"].back()["type"], "CheckpointFailed") << job.dump();
   EXPECT_EQ(job["status"]["events"].back()["reason"], "not taken on gpu-1: CRIU could not dump it");
   EXPECT_THAT(call(*admin_, "GET", "/v1/audit?limit=100", 200).dump(), HasSubstr("CRIU could not dump it"));
+  EXPECT_EQ(metric("cnlab_checkpoints_total{outcome=\"not_taken\"}"), 1);
 }
 
 }  // namespace

@@ -248,13 +248,7 @@ TEST_F(SchedulerMovesTest, ANodeIdleForPowerDownAfterIsShownAsAPowerDownCandidat
   const std::string id = run_job("none", 1000, "n1");
   call(*admin_, "POST", "/v1/nodes/n2/uncordon", 200);
   auto node = [&](const std::string& name) { return call(*admin_, "GET", "/v1/nodes/" + name, 200)["status"]; };
-  auto candidates = [&] {
-    auto metrics = server_->client("")->request("GET", "/metrics");
-    const std::string text = metrics ? metrics->body : "";
-    const std::string name = "\ncnlab_nodes_power_down_candidates ";
-    const size_t at = text.find(name);
-    return at == std::string::npos ? -1 : std::stoi(text.substr(at + name.size()));
-  };
+  auto candidates = [&] { return metric("cnlab_nodes_power_down_candidates"); };
   ASSERT_TRUE(eventually([&] { return node("n2").value("power_down_candidate", false); })) << node("n2").dump();
   EXPECT_TRUE(node("n2").contains("idle_since"));
   EXPECT_FALSE(node("n1").contains("power_down_candidate")) << "n1 runs a job";
