@@ -4,6 +4,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <optional>
+#include <tuple>
+#include <type_traits>
 
 #include "model/gpu_catalog.h"
 #include "server/job_writes.h"
@@ -203,16 +206,23 @@ std::string migration_target_refusal(const model::Job& job, const model::Node& s
   return "";
 }
 
-Result<MigrationTarget> roomiest_migration_target(const ObjectCache& cache, const model::Job& job,
-                                                  const model::Node& source, const std::map<std::string, NodeRoom>& room) {
-  const model::Node* best = nullptr;
-  int64_t best_cpu = -1;
+namespace {
+
+// The node other than `source` that can take `job` and ranks lowest by `rank` (a tuple, compared
+// as such; ties go to the first node in name order), with the GPUs it takes there.
+template <typename RankOf>
+Result<MigrationTarget> best_migration_target(const ObjectCache& cache, const model::Job& job, const model::Node& source,
+                                              const std::map<std::string, NodeRoom>& room, RankOf rank_of) {
+  std::optional<MigrationTarget> best;
+  std::optional<std::invoke_result_t<RankOf, const model::Node&, const NodeRoom&, const TargetGpus&>> best_rank;
   cache.nodes.for_each([&](const std::string& name, const model::Node& node, int64_t) {
     const NodeRoom& free = room.at(name);
     if (name == source.meta.name || !migration_target_refusal(job, source, node, free).empty()) return;
-    if (free.cpu_milli > best_cpu) {
-      best = &node;
-      best_cpu = free.cpu_milli;
+    TargetGpus gpus = *migration_target_gpus(job, source, node, free);
+    auto rank = rank_of(node, free, gpus);
+    if (!best_rank || rank < *best_rank) {
+      best_rank = rank;
+      best = MigrationTarget{name, std::move(gpus)};
     }
   });
   if (!best) {
@@ -220,7 +230,31 @@ Result<MigrationTarget> roomiest_migration_target(const ObjectCache& cache, cons
                                       " (each is cordoned, not Ready, takes no migrations or lacks the CPU, "
                                       "memory or GPUs it needs): nowhere to migrate it");
   }
-  return MigrationTarget{best->meta.name, *migration_target_gpus(job, source, *best, room.at(best->meta.name))};
+  return *best;
+}
+
+}  // namespace
+
+Result<MigrationTarget> roomiest_migration_target(const ObjectCache& cache, const model::Job& job,
+                                                  const model::Node& source, const std::map<std::string, NodeRoom>& room) {
+  return best_migration_target(cache, job, source, room,
+                               [](const model::Node&, const NodeRoom& free, const TargetGpus&) { return -free.cpu_milli; });
+}
+
+Result<MigrationTarget> packed_migration_target(const ObjectCache& cache, const model::Job& job,
+                                                const model::Node& source, const std::map<std::string, NodeRoom>& room) {
+  return best_migration_target(
+      cache, job, source, room, [&](const model::Node& node, const NodeRoom& free, const TargetGpus& gpus) {
+        bool idle = free.cpu_milli == node.cpu_milli && free.memory_mib == node.memory_mib && free.mig_taken.empty();
+        for (const GpuRoom& gpu : free.gpus) idle = idle && gpu.blocks == model::kBlocksPerGpu;
+        int blocks_left = 0;  // on the GPUs it takes outside MIG (MIG instances are whole already)
+        for (const auto& g : gpus.gpus) {
+          if (g.mig_start < 0) blocks_left += free.gpus[static_cast<size_t>(g.index)].blocks - g.blocks;
+        }
+        const double cpu_left =
+            node.cpu_milli > 0 ? static_cast<double>(free.cpu_milli - job.spec.cpu_milli) / node.cpu_milli : 0.0;
+        return std::tuple(idle, blocks_left, cpu_left);
+      });
 }
 
 void ask_to_migrate(model::Job& job, const MigrationTarget& target, Time now, const std::string& how) {

@@ -73,10 +73,17 @@ struct MigrationTarget {
   TargetGpus gpus;
 };
 // The node other than `source` that can take `job` with the most free CPU in `room`, and the GPUs
-// it takes there (the target of `cnlab migrate` without --to, and of a node drain's moves); an
-// error when none can.
+// it takes there (the target of `cnlab migrate` without --to: its user wants room); an error when
+// none can.
 Result<MigrationTarget> roomiest_migration_target(const ObjectCache& cache, const model::Job& job,
                                                   const model::Node& source, const std::map<std::string, NodeRoom>& room);
+// The node other than `source` that can take `job` and is left fullest by it (the target of a node
+// drain's moves, which pack the work as the scheduler's power-down drains do, sched/drain.h): a
+// node already running work before an idle one, which stays idle and can power down; then the
+// fewest 1% blocks left free on the GPUs it takes there (whole GPUs stay whole); then the smallest
+// share of the node's CPU left free. An error when none can take it.
+Result<MigrationTarget> packed_migration_target(const ObjectCache& cache, const model::Job& job,
+                                                const model::Node& source, const std::map<std::string, NodeRoom>& room);
 // Records a move of running `job` to `target` (status.migration, for the agents to carry out) with
 // its MigrationRequested event: "migration from node-a to node-b <how>".
 void ask_to_migrate(model::Job& job, const MigrationTarget& target, Time now, const std::string& how);

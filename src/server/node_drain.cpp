@@ -109,7 +109,7 @@ bool NodeDrain::move_off(const std::string& id, const std::string& node, Time no
                                              format_duration(kDrainRetryAfter))};
       return std::nullopt;
     }
-    auto target = roomiest_migration_target(c, *job.object, *from.object, free_room(c));
+    auto target = packed_migration_target(c, *job.object, *from.object, free_room(c));
     if (!target) {
       refused = {Not::kYet, target.error().message};
       return std::nullopt;

@@ -1,7 +1,7 @@
 // An operator's drain (POST /v1/nodes/{name}/drain, `cnlab admin node drain`) empties the node of
-// the work that can move: each Running checkpointable job on it migrates live to another node, as
-// `cnlab migrate` without --to moves it (the node that can take it with the most free CPU; a job
-// holding GPUs only between nodes that checkpoint GPU state). What cannot move (not checkpointable,
+// the work that can move: each Running checkpointable job on it migrates live to another node, the
+// one it leaves fullest (packed_migration_target: busy nodes before idle ones; a job holding GPUs
+// only between nodes that checkpoint GPU state). What cannot move (not checkpointable,
 // a gang, GPUs without GPU checkpoints) runs to its end there, as on a cordoned node; a job no node
 // has room for yet is tried again on the next pass, as other work ends, and one whose move failed
 // (it carries on where it was) after kDrainRetryAfter. Each job that stays says why in a

@@ -17,13 +17,18 @@ class NodeDrainTest : public ClusterTest {
   // A job Running on gpu-1 (the only node when it is placed), asking `memory_mib`.
   std::string running_job(int64_t memory_mib, bool checkpointable = true) {
     if (!source_) source_ = server_->client(register_peer("gpu-1", 8000));
-    Json body = job_body("default", "none", {"sleep", "100"});
+    return running_on(*source_, 1000, memory_mib, checkpointable);
+  }
+  // A job Running on the node of `agent` (the only schedulable one when it is placed).
+  std::string running_on(net::Client& agent, int64_t cpu_milli, int64_t memory_mib = 100, bool checkpointable = true,
+                         const std::string& gpu = "none") {
+    Json body = job_body("default", gpu, {"sleep", "100"});
     body["spec"]["checkpointable"] = checkpointable;
-    body["spec"]["cpu_milli"] = 1000;
+    body["spec"]["cpu_milli"] = cpu_milli;
     body["spec"]["memory_mib"] = memory_mib;
     std::string id = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
     EXPECT_TRUE(wait_for_phase(*admin_, id, "Scheduled"));
-    call(*source_, "PUT", "/v1/jobs/" + id + "/status", 200, {{"phase", "Running"}});
+    call(agent, "PUT", "/v1/jobs/" + id + "/status", 200, {{"phase", "Running"}});
     return id;
   }
   std::string moving_to(const std::string& id) {
@@ -98,6 +103,47 @@ TEST_F(NodeDrainTest, AJobNoOtherNodeHasRoomForStaysUntilOneDoes) {
   EXPECT_THAT(reasons[0], HasSubstr("node gpu-1 drains; the job moves off it once it can: no other node can take job"));
   register_peer("roomy", 8000);
   ASSERT_TRUE(eventually([&] { return moving_to(id) == "roomy"; }, 5s)) << get_job(*admin_, id).dump();
+}
+
+// A drain packs what it moves, as the scheduler's power-down drains do: onto the node it leaves
+// fullest, never onto an idle node while a busy one has room (the idle one can power down).
+TEST_F(NodeDrainTest, ADrainMovesAJobOntoTheFullestBusyNodeNotAnIdleOne) {
+  const std::string id = running_job(100);
+  call(*admin_, "POST", "/v1/nodes/gpu-1/cordon", 200);
+  // Named so that neither the first nor the roomiest is the one to choose.
+  auto packed = server_->client(register_peer("packed", 8000));
+  running_on(*packed, 4000);
+  call(*admin_, "POST", "/v1/nodes/packed/cordon", 200);
+  auto light = server_->client(register_peer("light", 8000));
+  running_on(*light, 1000);
+  call(*admin_, "POST", "/v1/nodes/packed/uncordon", 200);
+  register_peer("idle", 64000);
+
+  call(*admin_, "POST", "/v1/nodes/gpu-1/drain", 200);
+  ASSERT_TRUE(eventually([&] { return !moving_to(id).empty(); }, 5s)) << get_job(*admin_, id).dump();
+  EXPECT_EQ(moving_to(id), "packed");
+}
+
+// Between busy nodes with GPUs, the one whose GPU the job leaves fullest, even with more CPU free.
+TEST_F(NodeDrainTest, ADrainMovesAGpuJobOntoTheGpuItLeavesFullest) {
+  auto gpu_peer = [&](const std::string& name) {  // one H100; its agent checkpoints GPU state
+    Json node = node_object(name, "h100", 1, 8000, 512 * 1024, "127.0.0.1:7443");
+    node["status"]["gpu_checkpoint"] = true;
+    return server_->client(register_node(name, "h100", 1, node));
+  };
+  auto source = gpu_peer("gpu-1");
+  const std::string id = running_on(*source, 1000, 100, true, "h100-25");
+  call(*admin_, "POST", "/v1/nodes/gpu-1/cordon", 200);
+  auto fuller = gpu_peer("fuller");  // 25 blocks left free once the job is there, 6000 milli of CPU
+  running_on(*fuller, 1000, 100, true, "h100-50");
+  call(*admin_, "POST", "/v1/nodes/fuller/cordon", 200);
+  auto emptier = gpu_peer("emptier");  // 50 blocks left, 3000 milli
+  running_on(*emptier, 4000, 100, true, "h100-25");
+  call(*admin_, "POST", "/v1/nodes/fuller/uncordon", 200);
+
+  call(*admin_, "POST", "/v1/nodes/gpu-1/drain", 200);
+  ASSERT_TRUE(eventually([&] { return !moving_to(id).empty(); }, 5s)) << get_job(*admin_, id).dump();
+  EXPECT_EQ(moving_to(id), "fuller");
 }
 
 // A gang never moves (only single-node jobs migrate): it says so, and runs on where it is.
