@@ -58,7 +58,8 @@ class ControlPlaneImpl final : public ControlPlane {
     idle_reclaim_ = std::make_unique<IdleReclaim>(*store_, *cache_, config_.idle_reclaim_after, system_now);
     migrations_ = std::make_unique<MigrationWatch>(*store_, *cache_, config_.migration_timeout, config_.checkpoint_every,
                                                    system_now, [this] { loop_->wake(); }, metrics_.migrations);
-    drain_ = std::make_unique<NodeDrain>(*store_, *cache_, [this] { return loop_->hold_decisions(); }, system_now);
+    drain_ = std::make_unique<NodeDrain>(
+        *store_, *cache_, [this] { return loop_->hold_decisions(); }, [this] { loop_->wake(); }, system_now);
     metrics_.on_render([this] { refresh_gauges(); });
 
     // What an upload cut off by a crash left on its way in.

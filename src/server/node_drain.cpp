@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <set>
 
 #include "server/job_writes.h"
 #include "server/migrations.h"
@@ -11,8 +12,13 @@
 namespace cnlab::server {
 
 NodeDrain::NodeDrain(store::Store& store, ObjectCache& cache,
-                     std::function<std::unique_lock<std::mutex>()> hold_scheduler, std::function<Time()> clock)
-    : store_(store), cache_(cache), hold_scheduler_(std::move(hold_scheduler)), clock_(std::move(clock)) {}
+                     std::function<std::unique_lock<std::mutex>()> hold_scheduler, std::function<void()> wake_scheduler,
+                     std::function<Time()> clock)
+    : store_(store),
+      cache_(cache),
+      hold_scheduler_(std::move(hold_scheduler)),
+      wake_scheduler_(std::move(wake_scheduler)),
+      clock_(std::move(clock)) {}
 
 NodeDrain::~NodeDrain() { stop(); }
 
@@ -26,6 +32,7 @@ std::vector<std::string> NodeDrain::check_once() {
     int in_flight = 0;
     std::vector<std::pair<int64_t, std::string>> movable;  // (memory_mib, job)
     std::vector<std::pair<std::string, std::string>> staying;  // (job, why it never moves)
+    std::set<std::string> unstarted;  // bound there, not started yet: requeued to start elsewhere
   };
   std::map<std::string, Draining> draining;
   auto gather = [&](const ObjectCache& c) {
@@ -35,6 +42,12 @@ std::vector<std::string> NodeDrain::check_once() {
     if (draining.empty()) return 0;
     c.jobs.for_each([&](const std::string& id, const model::Job& job, int64_t) {
       if (job.status.placement.empty()) return;
+      if (job.status.phase == model::JobPhase::kScheduled && !job.status.migration) {
+        for (const auto& binding : job.status.placement) {
+          if (auto it = draining.find(binding.node); it != draining.end()) it->second.unstarted.insert(id);
+        }
+        return;
+      }
       if (job.status.placement.size() > 1) {  // a gang: it runs to its end wherever it is
         if (job.status.phase != model::JobPhase::kRunning) return;
         for (const auto& binding : job.status.placement) {
@@ -72,6 +85,7 @@ std::vector<std::string> NodeDrain::check_once() {
   if (draining.empty()) return asked;
   const Time now = clock_();
   for (const auto& [node, d] : draining) {
+    for (const auto& id : d.unstarted) requeue_unstarted(id, node, now);
     for (const auto& [id, why] : d.staying) not_moved(id, node, why, /*for_now=*/false, now);
   }
   auto no_cycle = hold_scheduler_();
@@ -155,6 +169,28 @@ bool NodeDrain::move_off(const std::string& id, const std::string& node, Time no
   not_moved_.erase(id);
   spdlog::info("drain: job asked to move off node=\"{}\" job=\"{}\" to=\"{}\"", node, id, chosen->node);
   return true;
+}
+
+void NodeDrain::requeue_unstarted(const std::string& id, const std::string& node, Time now) {
+  Json audit = {{"time", format_rfc3339(now)}, {"actor", "node-drain"}, {"action", "jobs.requeue"}, {"target", id},
+                {"outcome", "ok"}, {"detail", {{"node", node}, {"for", "drain of " + node}}}};
+  auto requeued = update_job(
+      store_, &cache_, id,
+      [&](model::Job& job) -> Result<bool> {
+        // Checked again on the stored record: started meanwhile, it moves or stays as running jobs do.
+        const bool here = std::any_of(job.status.placement.begin(), job.status.placement.end(),
+                                      [&](const auto& binding) { return binding.node == node; });
+        if (job.status.phase != model::JobPhase::kScheduled || job.status.migration || !here) return false;
+        requeue(job, now, "node " + node + " drains, and the job had not started there");
+        return true;
+      },
+      audit.dump());
+  if (!requeued) {
+    spdlog::error("drain: job not requeued job=\"{}\" node=\"{}\" error=\"{}\"", id, node, requeued.error().to_string());
+  } else if (requeued->has_value()) {
+    spdlog::info("drain: job requeued before it started node=\"{}\" job=\"{}\"", node, id);
+    wake_scheduler_();
+  }
 }
 
 void NodeDrain::not_moved(const std::string& id, const std::string& node, const std::string& why, bool for_now,

@@ -5,7 +5,9 @@
 // a gang, GPUs without GPU checkpoints) runs to its end there, as on a cordoned node; a job no node
 // has room for yet is tried again on the next pass, as other work ends, and one whose move failed
 // (it carries on where it was) after kDrainRetryAfter. Each job that stays says why in a
-// NotMovedForDrain event, once per reason.
+// NotMovedForDrain event, once per reason. A job bound there that has not started yet is requeued
+// (Preempted: "node X drains, and the job had not started there"), as Kubernetes evicts a pod
+// before it runs: it starts elsewhere instead of starting only to be moved or waited for.
 //
 // At most kDrainMovesInFlight moves leave one node at once, smallest memory first: each freezes its
 // job and copies it, and a drain of many jobs at once would freeze them all together and fight for
@@ -32,7 +34,7 @@ inline constexpr Duration kDrainRetryAfter = std::chrono::seconds(30);
 class NodeDrain {
  public:
   NodeDrain(store::Store& store, ObjectCache& cache, std::function<std::unique_lock<std::mutex>()> hold_scheduler,
-            std::function<Time()> clock);
+            std::function<void()> wake_scheduler, std::function<Time()> clock);
   ~NodeDrain();
   void start(std::chrono::milliseconds period = std::chrono::seconds(1));
   void stop();
@@ -42,6 +44,8 @@ class NodeDrain {
  private:
   // Asks one job to move off draining node `node`; false where it cannot now.
   bool move_off(const std::string& id, const std::string& node, Time now);
+  // Takes job `id`, bound to draining `node` and not started, back to the queue.
+  void requeue_unstarted(const std::string& id, const std::string& node, Time now);
   // Says why job `id` is not moved off draining `node`, once per reason: in the server's log and,
   // unless `event` is false, as a NotMovedForDrain event on the job (what `cnlab describe` shows).
   // `for_now`: it moves once it can (room elsewhere); otherwise it runs to its end there.
@@ -51,6 +55,7 @@ class NodeDrain {
   store::Store& store_;
   ObjectCache& cache_;
   std::function<std::unique_lock<std::mutex>()> hold_scheduler_;
+  std::function<void()> wake_scheduler_;
   std::function<Time()> clock_;
   std::map<std::string, std::string> not_moved_;  // job -> why, as last logged
   Periodic periodic_;

@@ -146,6 +146,29 @@ TEST_F(NodeDrainTest, ADrainMovesAGpuJobOntoTheGpuItLeavesFullest) {
   EXPECT_EQ(moving_to(id), "fuller");
 }
 
+// A job bound to the node that has not started yet is not started there only to be moved or
+// waited for: it goes back to the queue and starts elsewhere, as Kubernetes evicts a pending pod.
+TEST_F(NodeDrainTest, AJobBoundToTheNodeThatHasNotStartedGoesBackToTheQueueAndStartsElsewhere) {
+  source_ = server_->client(register_peer("gpu-1", 8000));
+  Json body = job_body("default", "none", {"sleep", "100"});
+  body["spec"]["cpu_milli"] = 1000;
+  std::string id = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
+  ASSERT_TRUE(wait_for_phase(*admin_, id, "Scheduled"));
+  register_peer("gpu-2", 8000);
+
+  call(*admin_, "POST", "/v1/nodes/gpu-1/drain", 200);
+  ASSERT_TRUE(eventually([&] {
+    const Json job = get_job(*admin_, id);
+    return job["status"]["phase"] == "Scheduled" && job["status"]["placement"][0]["node"] == "gpu-2";
+  }, 5s)) << get_job(*admin_, id).dump();
+  EXPECT_THAT(get_job(*admin_, id)["status"]["events"].dump(),
+              HasSubstr("node gpu-1 drains, and the job had not started there; requeued to start again"));
+  // Its first agent, late, may not start it now: the job is no longer its to see.
+  call(*source_, "PUT", "/v1/jobs/" + id + "/status", 404, {{"phase", "Running"}});
+  EXPECT_EQ(call(*admin_, "GET", "/v1/nodes/gpu-1", 200)["status"]["bound_jobs"], 0);
+  EXPECT_THAT(call(*admin_, "GET", "/v1/audit?limit=100", 200).dump(), HasSubstr("jobs.requeue"));
+}
+
 // A gang never moves (only single-node jobs migrate): it says so, and runs on where it is.
 TEST_F(NodeDrainTest, AGangOnADrainingNodeSaysItRunsToItsEndThere) {
   std::map<std::string, std::unique_ptr<net::Client>> agents;
