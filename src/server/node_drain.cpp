@@ -27,7 +27,8 @@ void NodeDrain::start(std::chrono::milliseconds period) { periodic_.start(period
 void NodeDrain::stop() { periodic_.stop(); }
 
 std::vector<std::string> NodeDrain::check_once() {
-  // Per draining node: its moves under way, and the jobs that may move, smallest memory first.
+  // Per draining node: its moves under way, the jobs that may move (smallest memory first), those
+  // that never move, and those not started yet.
   struct Draining {
     int in_flight = 0;
     std::vector<std::pair<int64_t, std::string>> movable;  // (memory_mib, job)

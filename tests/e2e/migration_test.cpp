@@ -673,6 +673,15 @@ TEST_F(MigrationTest, ADrainedNodesCheckpointableJobMovesLiveAndTheOtherRunsOnTh
   EXPECT_THAT(waited, HasSubstr("  1 job left"));
   EXPECT_THAT(waited, HasSubstr("node node-a still has 1 job after 2s:\n  " + plain +
                                 ": node node-a drains, and the job cannot move: the job is not checkpointable"));
+  // Uncordoned while it waits, the node is no longer being emptied: the wait says so and fails.
+  std::thread uncordon([&] {
+    std::this_thread::sleep_for(2s);
+    call(*admin_, "POST", "/v1/nodes/node-a/uncordon", 200);
+  });
+  auto [ended, said_ended] = cnlab("admin node drain node-a --wait --timeout 60");
+  uncordon.join();
+  EXPECT_EQ(ended, 1) << said_ended;
+  EXPECT_THAT(said_ended, HasSubstr("node node-a is no longer draining (Ready) with 1 job left"));
   cancel_and_wait(id);
   std::thread cancel([&] {
     std::this_thread::sleep_for(1s);
