@@ -145,8 +145,7 @@ void run_nodes(const ClientFlags& flags, const ClusterArgs& args) {
     if (phase == "Draining") {
       // What the drain still waits for: jobs that move, and those that run to their end here.
       const int64_t left = status.value("bound_jobs", int64_t{0});
-      notes.push_back(left == 0 ? std::string("drained: no jobs left")
-                                : "draining: " + std::to_string(left) + (left == 1 ? " job left" : " jobs left"));
+      notes.push_back(left == 0 ? std::string("drained: no jobs left") : "draining: " + count_of(left, "job") + " left");
     } else if (node.contains("spec") && node["spec"].value("unschedulable", false)) {
       notes.push_back("cordoned");
     }

@@ -14,20 +14,13 @@
 #include "cli/client_config.h"
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
+#include "cli/job_listing.h"
+#include "cli/output.h"
 
 namespace cnlab::cli {
 namespace {
 
 using namespace std::chrono_literals;
-
-Result<Json> get_json(net::Client& api, const std::string& target) {
-  auto answer = api.request("GET", target);
-  if (!answer) return answer.error();
-  if (answer->status != 200) return net::error_from_response(answer->status, answer->body, "");
-  Json body = Json::parse(answer->body, nullptr, false);
-  if (!body.is_object()) return Error::internal("the server answered " + target + " with something that is not JSON");
-  return body;
-}
 
 // What a job still on a draining node waits for: its move under way, why the drain leaves it
 // there (its latest NotMovedForDrain event, when that is its latest event), or its turn.
@@ -44,7 +37,7 @@ std::string waits_for(const Json& job) {
 
 // "  JOB: what it waits for", a line per job bound to `node` (Scheduled or Running).
 std::string jobs_left(net::Client& api, const std::string& node) {
-  auto listed = get_json(api, "/v1/jobs?node=" + node);
+  auto listed = get_json(api, "/v1/jobs?node=" + url_encode(node));
   if (!listed) return "  (the jobs could not be listed: " + listed.error().message + ")\n";
   std::string lines;
   for (const Json& job : listed->value("items", Json::array())) {
@@ -63,14 +56,14 @@ int wait_until_drained(const ClientFlags& flags, const std::string& node, std::c
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   int64_t said = -1;  // the count last printed
   while (true) {
-    auto got = get_json(api, "/v1/nodes/" + node);
+    auto got = get_json(api, "/v1/nodes/" + url_encode(node));
     if (!got) return report(got.error());
     const Json& status = (*got)["status"];
     const std::string phase = status.value("phase", "");
     const int64_t left = status.value("bound_jobs", int64_t{0});
     if (phase != "Draining") {
-      std::fprintf(stderr, "cnlab: node %s is no longer draining (%s) with %lld job%s left\n", node.c_str(),
-                   phase.c_str(), static_cast<long long>(left), left == 1 ? "" : "s");
+      std::fprintf(stderr, "cnlab: node %s is no longer draining (%s) with %s left\n", node.c_str(), phase.c_str(),
+                   count_of(left, "job").c_str());
       return kExitFailed;
     }
     if (left == 0) {
@@ -78,14 +71,13 @@ int wait_until_drained(const ClientFlags& flags, const std::string& node, std::c
       return kExitOk;
     }
     if (left != said) {
-      std::printf("  %lld job%s left\n", static_cast<long long>(left), left == 1 ? "" : "s");
+      std::printf("  %s left\n", count_of(left, "job").c_str());
       std::fflush(stdout);
       said = left;
     }
     if (std::chrono::steady_clock::now() >= deadline) {
-      std::fprintf(stderr, "cnlab: node %s still has %lld job%s after %llds:\n%s", node.c_str(),
-                   static_cast<long long>(left), left == 1 ? "" : "s", static_cast<long long>(timeout.count()),
-                   jobs_left(api, node).c_str());
+      std::fprintf(stderr, "cnlab: node %s still has %s after %llds:\n%s", node.c_str(), count_of(left, "job").c_str(),
+                   static_cast<long long>(timeout.count()), jobs_left(api, node).c_str());
       return kExitFailed;
     }
     std::this_thread::sleep_for(1s);
@@ -115,7 +107,7 @@ void add_node_commands(CLI::App& admin, std::shared_ptr<ClientFlags> flags) {
     }
     command->footer("Example:\n  cnlab admin node " + verb + " gpu-7" + (verb == "drain" ? " --wait" : ""));
     command->callback([flags, verb, done, name, wait, timeout] {
-      auto answered = call_json(*flags, "POST", "/v1/nodes/" + *name + "/" + verb, Json::object());
+      auto answered = call_json(*flags, "POST", "/v1/nodes/" + url_encode(*name) + "/" + verb, Json::object());
       if (!answered) std::exit(report(answered.error()));
       std::printf("node %s %s\n", name->c_str(), done.c_str());
       std::fflush(stdout);

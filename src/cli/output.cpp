@@ -212,4 +212,8 @@ std::string format_time(Time time, Time now) {
 
 Time now_seconds() { return std::chrono::time_point_cast<Duration>(std::chrono::system_clock::now()); }
 
+std::string count_of(int64_t count, const std::string& noun) {
+  return std::to_string(count) + " " + noun + (count == 1 ? "" : "s");
+}
+
 }  // namespace cnlab::cli

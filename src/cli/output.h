@@ -91,5 +91,7 @@ std::string format_bytes(int64_t bytes);
 std::string format_time(Time time, Time now);
 // The client's clock, in the API's whole seconds.
 Time now_seconds();
+// "1 job", "3 jobs": `count` with `noun`, which takes an "s" unless the count is one.
+std::string count_of(int64_t count, const std::string& noun);
 
 }  // namespace cnlab::cli

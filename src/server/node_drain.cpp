@@ -87,7 +87,7 @@ std::vector<std::string> NodeDrain::check_once() {
   const Time now = clock_();
   for (const auto& [node, d] : draining) {
     for (const auto& id : d.unstarted) requeue_unstarted(id, node, now);
-    for (const auto& [id, why] : d.staying) not_moved(id, node, why, /*for_now=*/false, now);
+    for (const auto& [id, why] : d.staying) not_moved(id, node, NotMoved::kNever, why, now);
   }
   auto no_cycle = hold_scheduler_();
   for (auto& [node, d] : draining) {
@@ -104,15 +104,13 @@ std::vector<std::string> NodeDrain::check_once() {
 }
 
 bool NodeDrain::move_off(const std::string& id, const std::string& node, Time now) {
-  // Why not now: never (the job cannot migrate), not yet (no room elsewhere), or not again yet.
-  enum class Not { kEver, kYet, kAgainYet };
-  std::pair<Not, std::string> refused{Not::kYet, ""};
+  std::pair<NotMoved, std::string> refused{NotMoved::kNotYet, ""};
   auto chosen = cache_.read([&](const ObjectCache& c) -> std::optional<MigrationTarget> {
     auto job = c.jobs.get(id);
     auto from = c.nodes.get(node);
     if (!job.object || !from.object) return std::nullopt;
     if (std::string why = migration_refusal(*job.object, from.object.get()); !why.empty()) {
-      refused = {Not::kEver, why};
+      refused = {NotMoved::kNever, why};
       return std::nullopt;
     }
     // A move that just failed (its target could not restore it, say) is not asked again at once.
@@ -120,22 +118,19 @@ bool NodeDrain::move_off(const std::string& id, const std::string& node, Time no
     auto failed = std::find_if(events.rbegin(), events.rend(),
                                [](const auto& e) { return e.type == model::JobEventType::kMigrationFailed; });
     if (failed != events.rend() && now - failed->time < kDrainRetryAfter) {
-      refused = {Not::kAgainYet, fmt::format("its last move failed; the drain tries again {} after it",
+      refused = {NotMoved::kNotAgainYet, fmt::format("its last move failed; the drain tries again {} after it",
                                              format_duration(kDrainRetryAfter))};
       return std::nullopt;
     }
     auto target = packed_migration_target(c, *job.object, *from.object, free_room(c));
     if (!target) {
-      refused = {Not::kYet, target.error().message};
+      refused = {NotMoved::kNotYet, target.error().message};
       return std::nullopt;
     }
     return *target;
   });
   if (!chosen) {
-    // A failed move has its MigrationFailed event already: the job's record is not written again.
-    if (!refused.second.empty()) {
-      not_moved(id, node, refused.second, refused.first != Not::kEver, now, refused.first != Not::kAgainYet);
-    }
+    if (!refused.second.empty()) not_moved(id, node, refused.first, refused.second, now);
     return false;
   }
   Json audit = {{"time", format_rfc3339(now)}, {"actor", "node-drain"}, {"action", "jobs.migrate"}, {"target", id},
@@ -149,7 +144,7 @@ bool NodeDrain::move_off(const std::string& id, const std::string& node, Time no
                          {"target", chosen->node}, {"outcome", "ok"}, {"detail", {{"job", id}, {"added", instances}}}};
     if (auto added = add_mig_instances(store_, cache_, chosen->node, chosen->gpus.new_instances, layout_audit.dump());
         !added) {
-      not_moved(id, node, added.error().message, /*for_now=*/true, now);
+      not_moved(id, node, NotMoved::kNotYet, added.error().message, now);
       return false;
     }
   }
@@ -194,16 +189,17 @@ void NodeDrain::requeue_unstarted(const std::string& id, const std::string& node
   }
 }
 
-void NodeDrain::not_moved(const std::string& id, const std::string& node, const std::string& why, bool for_now,
-                          Time now, bool event) {
+void NodeDrain::not_moved(const std::string& id, const std::string& node, NotMoved kind, const std::string& why,
+                          Time now) {
   auto [it, first] = not_moved_.try_emplace(id, why);
   if (!first && it->second == why) return;
   it->second = why;
   spdlog::info("drain: job not moved off node=\"{}\" job=\"{}\" reason=\"{}\"", node, id, why);
-  if (!event) return;
+  if (kind == NotMoved::kNotAgainYet) return;  // its MigrationFailed event says why already
   const std::string reason =
-      for_now ? fmt::format("node {} drains; the job moves off it once it can: {}", node, why)
-              : fmt::format("node {} drains, and the job cannot move: {}; it runs to its end there", node, why);
+      kind == NotMoved::kNotYet
+          ? fmt::format("node {} drains; the job moves off it once it can: {}", node, why)
+          : fmt::format("node {} drains, and the job cannot move: {}; it runs to its end there", node, why);
   auto noted = update_job(
       store_, &cache_, id,
       [&](model::Job& job) -> Result<bool> {

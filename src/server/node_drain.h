@@ -1,10 +1,10 @@
 // An operator's drain (POST /v1/nodes/{name}/drain, `cnlab admin node drain`) empties the node of
 // the work that can move: each Running checkpointable job on it migrates live to another node, the
 // one it leaves fullest (packed_migration_target: busy nodes before idle ones; a job holding GPUs
-// only between nodes that checkpoint GPU state). What cannot move (not checkpointable,
-// a gang, GPUs without GPU checkpoints) runs to its end there, as on a cordoned node; a job no node
-// has room for yet is tried again on the next pass, as other work ends, and one whose move failed
-// (it carries on where it was) after kDrainRetryAfter. Each job that stays says why in a
+// only between nodes that checkpoint GPU state). What cannot move (not checkpointable, a gang,
+// GPUs without GPU checkpoints) runs to its end there, as on a cordoned node; a job no node has
+// room for yet is tried again on the next pass, as other work ends, and one whose move failed (it
+// carries on where it was) after kDrainRetryAfter. Each job that stays says why in a
 // NotMovedForDrain event, once per reason. A job bound there that has not started yet is requeued
 // (Preempted: "node X drains, and the job had not started there"), as Kubernetes evicts a pod
 // before it runs: it starts elsewhere instead of starting only to be moved or waited for.
@@ -46,11 +46,12 @@ class NodeDrain {
   bool move_off(const std::string& id, const std::string& node, Time now);
   // Takes job `id`, bound to draining `node` and not started, back to the queue.
   void requeue_unstarted(const std::string& id, const std::string& node, Time now);
+  // Why a job is not moved now: it never will be (it runs to its end there), not yet (no room
+  // elsewhere), or not again yet (its last move failed; its MigrationFailed event says why).
+  enum class NotMoved { kNever, kNotYet, kNotAgainYet };
   // Says why job `id` is not moved off draining `node`, once per reason: in the server's log and,
-  // unless `event` is false, as a NotMovedForDrain event on the job (what `cnlab describe` shows).
-  // `for_now`: it moves once it can (room elsewhere); otherwise it runs to its end there.
-  void not_moved(const std::string& id, const std::string& node, const std::string& why, bool for_now, Time now,
-                 bool event = true);
+  // but for kNotAgainYet, as a NotMovedForDrain event on the job (what `cnlab describe` shows).
+  void not_moved(const std::string& id, const std::string& node, NotMoved kind, const std::string& why, Time now);
 
   store::Store& store_;
   ObjectCache& cache_;
