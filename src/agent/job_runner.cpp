@@ -882,6 +882,27 @@ bool JobRunner::restore_checkpoint(const model::Job& job, const fs::path& checkp
   return true;
 }
 
+void JobRunner::report_released(const std::string& digest, const std::string& why) {
+  Json body = Json::object();
+  if (!digest.empty()) body["checkpoint"] = digest;
+  if (!why.empty()) body["message"] = truncate(why);
+  auto backoff = 100ms;
+  std::mt19937 jitter(std::random_device{}());
+  while (!detached()) {
+    auto answer = api_.call("POST", "/v1/jobs/" + job_id_ + "/release", body.dump());
+    if (answer) {
+      spdlog::info("job released job=\"{}\" checkpoint=\"{}\"", job_id_, digest);
+      return;
+    }
+    if (is_gone(answer.error()) || answer.error().code == ErrorCode::kInvalidArgument) {
+      spdlog::info("job release not taken job=\"{}\" error=\"{}\"", job_id_, answer.error().to_string());
+      return;
+    }
+    pause(backoff + std::chrono::milliseconds(jitter() % 100));
+    backoff = std::min<std::chrono::milliseconds>(backoff * 2, 5s);
+  }
+}
+
 bool JobRunner::report(const std::string& phase, std::optional<int> exit_code, std::optional<int> signal,
                        const std::string& message, bool requeue) {
   Json body = {{"phase", phase}};
@@ -957,14 +978,20 @@ void JobRunner::finish(const JobStatus& status) {
   std::error_code ec;
   fs::path kept = context_.checkpoints_dir / dir_.filename();
   fs::path kept_meta = context_.checkpoints_dir / (dir_.filename().string() + ".json");
+  // Taken off this node: the server starts it again once it knows it stopped here, and with what.
+  const bool release = reason == StopReason::kGone && checkpointable() && !migrated_away_;
+  std::string digest, no_checkpoint = stale_copy() ? "the server took it off this node while no agent watched it; "
+                                                     "the copy here was stopped without a checkpoint"
+                                                   : "it saved nothing to resume from";
   if (!context_.checkpoints_dir.empty()) {
     const bool process = process_dumped_ && fs::is_directory(dir_ / "process", ec);
     const fs::path saved = process ? dir_ / "process" : dir_ / "checkpoint";
-    if (reason == StopReason::kGone && checkpointable() && !migrated_away_ && !stale_copy() && !fs::is_empty(saved, ec)) {
+    if (release && !stale_copy() && !fs::is_empty(saved, ec)) {
       // Uploaded first, so that the job can resume on any node; kept here too, for a start here.
       std::string taken_at = now_text();
       const std::string kind = process ? "process" : "files";
-      std::string digest = upload_checkpoint(saved, taken_at, {{"Checkpoint-Kind", kind}});
+      digest = upload_checkpoint(saved, taken_at, {{"Checkpoint-Kind", kind}});
+      if (digest.empty()) no_checkpoint = "its " + kind + " checkpoint could not be uploaded; it is kept on " + context_.node;
       fs::create_directories(context_.checkpoints_dir, ec);
       (void)safe_remove_tree(kept.string());
       fs::remove(kept_meta, ec);
@@ -979,6 +1006,7 @@ void JobRunner::finish(const JobStatus& status) {
       fs::remove(kept_meta, ec);
     }
   }
+  if (release) report_released(digest, digest.empty() ? no_checkpoint : "");
   if (context_.vgpu) context_.vgpu->remove_job(job_id_);
   if (auto removed = safe_remove_tree(dir_.string()); !removed) {
     spdlog::warn("job directory not removed job=\"{}\" error=\"{}\"", job_id_, removed.error().to_string());

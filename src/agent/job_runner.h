@@ -154,6 +154,10 @@ class JobRunner {
   bool prepare_and_start();
   void supervise();
   void finish(const JobStatus& status);
+  // Tells the server the job, taken off this node, no longer runs here, with the checkpoint it
+  // stored as it stopped (`digest`) or why there is none: a pre-empted job waits for this before it
+  // starts again (server/job_release.h). Retried while the server is unreachable.
+  void report_released(const std::string& digest, const std::string& why);
   // `requeue`: the run was lost through no fault of the job; the server puts it back in the queue.
   bool report(const std::string& phase, std::optional<int> exit_code, std::optional<int> signal,
               const std::string& message, bool requeue = false);

@@ -32,6 +32,7 @@ constexpr std::pair<JobEventType, std::string_view> kEventTypes[] = {
     {JobEventType::kMigrationFailed, "MigrationFailed"},
     {JobEventType::kCheckpointFailed, "CheckpointFailed"},
     {JobEventType::kNotMovedForDrain, "NotMovedForDrain"},
+    {JobEventType::kReleased, "Released"},
 };
 
 constexpr int64_t kMaxCpuMilli = 1'000'000'000;
@@ -121,6 +122,10 @@ Json status_to_json(const JobStatus& status) {
     if (!m.gpus.empty()) move["gpus"] = gpus_to_json(m.gpus);
     if (!m.from_gpus.empty()) move["from_gpus"] = gpus_to_json(m.from_gpus);
     j["migration"] = std::move(move);
+  }
+  if (status.awaiting_release) {
+    j["awaiting_release"] = {{"nodes", status.awaiting_release->nodes},
+                             {"since", format_rfc3339(status.awaiting_release->since)}};
   }
   return j;
 }
@@ -290,7 +295,8 @@ CheckpointRef read_checkpoint(const Json& json, const std::string& path, JsonRea
 JobStatus read_status(JsonReader& r) {
   r.only({"phase", "submitted_at", "started_at", "last_checkpoint_at", "gpu_active_at", "placement", "succeeded_nodes", "message",
           "finished_at", "exit_code", "signal", "events", "waiting_reason", "cancel_requested", "attempts",
-          "attempt_nodes", "checkpoint", "older_checkpoints", "checkpoint_requested_at", "migration"});
+          "attempt_nodes", "checkpoint", "older_checkpoints", "checkpoint_requested_at", "migration",
+          "awaiting_release"});
   JobStatus status;
   status.phase = detail::read_enum(r, "phase", kPhases, JobPhase::kPending, "phases");
   status.submitted_at = r.time("submitted_at").value_or(Time{});
@@ -340,6 +346,18 @@ JobStatus read_status(JsonReader& r) {
     if (const Json* gpus = m.array("from_gpus")) move.from_gpus = read_gpu_bindings(*gpus, m.path_of("from_gpus"), m);
     if (!m.status()) r.fail(m.status().error());
     status.migration = std::move(move);
+  }
+  if (const Json* release = r.object("awaiting_release")) {
+    JsonReader a(*release, r.path_of("awaiting_release"));
+    a.only({"nodes", "since"});
+    PendingRelease pending;
+    if (const Json* nodes = a.array("nodes")) pending.nodes = read_node_names(*nodes, a.path_of("nodes"), a);
+    if (a.status() && pending.nodes.empty()) {
+      a.fail(Error::invalid_argument(a.path_of("nodes"), "[]", "the nodes the job waits for: at least one"));
+    }
+    pending.since = detail::required_time(a, "since");
+    if (!a.status()) r.fail(a.status().error());
+    status.awaiting_release = std::move(pending);
   }
   if (r.status() && status.phase == JobPhase::kRunning && (status.placement.empty() || !status.started_at)) {
     r.fail(Error::invalid_argument(r.path_of("phase"), "Running", "a Running job needs a placement and started_at"));

@@ -50,6 +50,7 @@ enum class JobEventType : uint8_t {
   kMigrationFailed,  // the target could not take it: it carries on on the source
   kCheckpointFailed,  // a checkpoint asked for was not taken (the reason says why); the job runs on
   kNotMovedForDrain,  // its node drains, and the drain does not move it (the reason: for now, or never)
+  kReleased,          // the nodes it was pre-empted off have stopped it (the reason: with which checkpoint)
 };
 std::string_view to_string(JobEventType type);  // "Queued", "Scheduled", ...
 std::optional<JobEventType> parse_job_event_type(std::string_view name);
@@ -173,6 +174,19 @@ struct Migration {
   bool operator==(const Migration&) const = default;
 };
 
+// A checkpointable job pre-empted while it ran, whose nodes are still taking its checkpoint and
+// stopping it. It starts again only once each of them has released it (POST
+// /v1/jobs/{id}/release, after its checkpoint was stored or could not be), is lost, or has not
+// released it within the server's --release-timeout of `since`: so it never runs in two places at
+// once, and it resumes from the checkpoint taken as it stopped rather than an older one.
+// JSON {"nodes": ["gpu-1"], "since": "2026-11-30T10:01:00Z"}.
+struct PendingRelease {
+  std::vector<std::string> nodes;  // not empty
+  Time since{};
+
+  bool operator==(const PendingRelease&) const = default;
+};
+
 struct JobStatus {
   JobPhase phase = JobPhase::kPending;
   Time submitted_at{};
@@ -204,6 +218,7 @@ struct JobStatus {
   // the agent takes one, the job running on, when this is later than last_checkpoint_at.
   std::optional<Time> checkpoint_requested_at;
   std::optional<Migration> migration;
+  std::optional<PendingRelease> awaiting_release;  // looked at only while Pending
 
   bool operator==(const JobStatus&) const = default;
 };

@@ -29,6 +29,7 @@ Api::Api(ApiContext context) : ctx_(std::move(context)) {
   route("GET", "/v1/jobs/{id}/checkpoint", &Api::get_checkpoint);
   route("POST", "/v1/jobs/{id}/checkpoint", &Api::request_checkpoint);
   route("POST", "/v1/jobs/{id}/migrate", &Api::migrate_job);
+  route("POST", "/v1/jobs/{id}/release", &Api::release_job);
 
   route("PUT", "/v1/workspaces/{digest}", &Api::put_workspace, /*public_route=*/false, Body::kUpload,
         &DataDir::workspaces);

@@ -181,6 +181,8 @@ class Api {
   // checkpoints_api.cpp
   net::Response put_checkpoint(const Call& call);
   net::Response get_checkpoint(const Call& call);
+  // release_api.cpp
+  net::Response release_job(const Call& call);
 
   // watch_api.cpp: `?watch=1&revision=N` on a collection. `visible` decides per object (parsed
   // once per event however many watchers there are). A `route` (jobs: a node name) limits the

@@ -9,6 +9,7 @@
 #include "model/workspace.h"
 #include "server/api.h"
 #include "server/api_error.h"
+#include "server/job_release.h"
 #include "server/job_writes.h"
 #include "server/migrations.h"
 
@@ -502,6 +503,7 @@ net::Response Api::cancel_job(const Call& call) {
           job.status.phase = model::JobPhase::kCancelled;
           job.status.finished_at = call.now;
           job.status.waiting_reason.clear();
+          job.status.awaiting_release.reset();
           job.status.events.push_back(event(model::JobEventType::kCancelled, call.now, reason));
         } else {
           // Its agent stops the process and reports the end; the GPUs are freed then.
@@ -679,6 +681,7 @@ net::Response Api::report_job_status(const Call& call) {
             // No live migration yet: moving is pre-empting it back to the queue (a checkpointable
             // job resumes from its latest checkpoint), which frees the memory the others need.
             job.status.events.push_back(event(model::JobEventType::kMoveRequested, call.now, move_requested));
+            if (job.spec.checkpointable) await_release(job, call.now);
             job.status.phase = model::JobPhase::kPending;
             job.status.placement.clear();
             job.status.succeeded_nodes.clear();

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "server/job_release.h"
 #include "server/job_writes.h"
 
 namespace cnlab::server {
@@ -65,7 +66,8 @@ size_t NodeLifecycle::check_once() {
     if (change.to == model::NodePhase::kLost) requeue_jobs_of(change.node, now);
   }
   for (const auto& node : lost_with_jobs) requeue_jobs_of(node, now);
-  if (changed) wake_scheduler_();
+  const size_t released = release_stalled(store_, cache_, now, config_.release_timeout);
+  if (changed || released) wake_scheduler_();
   return changed;
 }
 

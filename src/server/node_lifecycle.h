@@ -1,7 +1,8 @@
 // Node lifecycle: a node whose agent has been silent past `not_ready_after` becomes NotReady (no
 // new work); past `lost_after`, Lost, and every job it held is requeued (a checkpointable job to
 // resume from its latest checkpoint; a job being cancelled ends Cancelled). A heartbeat brings a
-// node back (the heartbeat handler does that).
+// node back (the heartbeat handler does that). Each pass also lets go of pre-empted jobs still
+// waiting for a node that is lost, or past --release-timeout (job_release.h).
 #pragma once
 
 #include <functional>

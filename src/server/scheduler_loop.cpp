@@ -10,6 +10,7 @@
 #include <set>
 #include <unordered_set>
 
+#include "server/job_release.h"
 #include "server/job_writes.h"
 #include "server/migrations.h"
 
@@ -69,7 +70,13 @@ void SchedulerLoop::on_change(const Change& change) {
 }
 
 void SchedulerLoop::upsert_job(const std::string& id, const model::Job* job) {
-  bool keep = job && (job->status.phase == model::JobPhase::kPending || holds_gpus(job->status.phase));
+  if (job && awaits_release(*job)) {
+    awaiting_release_[id] = *job->status.awaiting_release;
+  } else {
+    awaiting_release_.erase(id);
+  }
+  bool keep = job && ((job->status.phase == model::JobPhase::kPending && !awaits_release(*job)) ||
+                      holds_gpus(job->status.phase));
   auto it = job_slot_.find(id);
   if (!keep) {
     if (it == job_slot_.end()) return;
@@ -184,6 +191,7 @@ CycleReport SchedulerLoop::run_once() {
       if (auto it = reserved.find(w.job); it != reserved.end()) waiting.estimated_start = it->second;
       reasons.emplace(snapshot_.jobs[w.job].meta.name, std::move(waiting));
     }
+    for (const auto& [id, pending] : awaiting_release_) reasons[id].reason = release_wait_reason(pending, now);
     std::unordered_map<std::string, NodeIdle> idle;
     for (const auto& [name, since] : idle_since_) idle[name].since = since;
     for (const auto& candidate : result.power_down) idle[snapshot_.nodes[candidate.node].meta.name].power_down_candidate = true;
@@ -220,6 +228,8 @@ size_t SchedulerLoop::commit(const sched::CycleResult& result) {
   for (const auto& p : result.preemptions) {
     model::Job job = stored_before(p.victim);
     const std::string& by = snapshot_.jobs[p.for_job].meta.name;
+    // Dumped on its node as it stops: it starts again once that checkpoint is stored (job_release.h).
+    if (job.spec.checkpointable && job.status.phase == model::JobPhase::kRunning) await_release(job, now);
     job.status.phase = model::JobPhase::kPending;
     job.status.placement.clear();
     job.status.succeeded_nodes.clear();

@@ -103,6 +103,9 @@ class SchedulerLoop {
   std::unordered_map<std::string, JobWaiting> reasons_;
   std::unordered_map<std::string, NodeIdle> idle_;  // under reasons_mutex_; idle nodes only
   std::unordered_map<std::string, Time> idle_since_;  // the loop's own
+  // Pending jobs left out of the snapshot until their nodes release them (job_release.h); they
+  // wait with the reason that says so.
+  std::unordered_map<std::string, model::PendingRelease> awaiting_release_;
 
   std::mutex wake_mutex_;
   std::condition_variable wake_cv_;

@@ -30,6 +30,9 @@ struct ServerConfig {
       {"production", Duration{3600}}, {"dev", Duration{3600}}, {"opportunistic", Duration{1800}}};
   // A migration whose target has not taken the job over this long after the freeze is rolled back.
   Duration migration_timeout{120};
+  // A job pre-empted off a node waits this long at most for the node's agent to stop it and store
+  // its checkpoint before it may start again elsewhere (job_release.h).
+  Duration release_timeout{300};
   // The scheduling loop runs this long after a change (collecting a burst into one cycle), and at
   // least this often.
   std::chrono::milliseconds schedule_debounce{10};

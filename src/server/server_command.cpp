@@ -47,6 +47,7 @@ void add_server_commands(CLI::App& app) {
   auto idle = std::make_shared<std::string>("dev=2h,opportunistic=30m");
   auto checkpoint_every = std::make_shared<std::string>("production=1h,dev=1h,opportunistic=30m");
   auto migration_timeout = std::make_shared<std::string>("2m");
+  auto release_timeout = std::make_shared<std::string>("5m");
   auto scheduler_config = std::make_shared<std::string>();
   server->add_option("--data-dir", config->data_dir, "The data directory `cnlab server init` prepared");
   server->add_option("--listen", config->listen, "HOST:PORT to serve on; port 0 picks a free port")
@@ -75,6 +76,10 @@ void add_server_commands(CLI::App& app) {
                      "A live migration whose target has not taken the job over this long after the freeze is rolled "
                      "back to the source")
       ->capture_default_str();
+  server->add_option("--release-timeout", *release_timeout,
+                     "A checkpointable job pre-empted off a node waits this long at most for the node to stop it and "
+                     "store its checkpoint before it may start again elsewhere")
+      ->capture_default_str();
   server->add_option("--scheduler-config", *scheduler_config,
                      "JSON file of scheduler policy settings (tiers, fair share, backfill, migration for room...; "
                      "see docs/scheduler.md); absent settings keep their defaults");
@@ -91,7 +96,7 @@ void add_server_commands(CLI::App& app) {
   init->add_option("--hostname", *hostnames, "Extra DNS name or IP address for the server certificate");
 
   server->final_callback([server, init, config, hostnames, not_ready, lost, idle, checkpoint_every, migration_timeout,
-                          scheduler_config]() {
+                          release_timeout, scheduler_config]() {
     if (config->data_dir.empty()) std::exit(fail(Error::invalid_argument("--data-dir", "", "required")));
     if (init->parsed()) {
       InitOptions options{config->data_dir, *hostnames};
@@ -118,6 +123,12 @@ void add_server_commands(CLI::App& app) {
       std::exit(fail(Error::invalid_argument("--migration-timeout", *migration_timeout, "must be positive")));
     }
     config->migration_timeout = *timeout;
+    auto release = parse_duration(*release_timeout, "--release-timeout");
+    if (!release) std::exit(fail(release.error()));
+    if (*release <= Duration{0}) {
+      std::exit(fail(Error::invalid_argument("--release-timeout", *release_timeout, "must be positive")));
+    }
+    config->release_timeout = *release;
     if (!scheduler_config->empty()) {
       auto policy = sched::policy_config_from_file(*scheduler_config, "--scheduler-config");
       if (!policy) std::exit(fail(policy.error()));

@@ -449,6 +449,43 @@ TEST_F(MigrationTest, APreemptedJobIsDumpedAndResumesExactlyWhereItWas) {
   EXPECT_EQ(lines.back(), "file ok 50") << ::testing::PrintToString(lines) << events(id);
 }
 
+// Pre-empted off node-a while node-b has room for it: it does not start on node-b until node-a has
+// dumped it, stored the checkpoint and released it; then it resumes there from that checkpoint.
+// (Started at once, it would have begun again from tick 0 beside the copy being dumped.)
+TEST_F(MigrationTest, APreemptedJobResumesOnAnotherNodeFromTheCheckpointTakenAsItStopped) {
+  add_agent("node-a", "h100", {"--cpu-milli", "1500"});
+  std::string id = submit_counter(60);
+  ASSERT_TRUE(eventually([&] { return last_tick(id) >= 5; }, 20s)) << agents_[0]->log();
+  // Room for the counter (1 core), not for the urgent job (1.4 cores), which must take node-a's.
+  add_agent("node-b", "h100", {"--cpu-milli", "1200"});
+  // It runs well past the counter's dump and release, so that node-b is where the counter can go.
+  Json urgent_body = job_body("default", "none", {"sleep", "5"});
+  urgent_body["spec"]["priority_class"] = "production";
+  urgent_body["spec"]["cpu_milli"] = 1400;
+  urgent_body["spec"]["memory_mib"] = 64;
+  std::string urgent = call(*admin_, "POST", "/v1/jobs", 201, urgent_body)["metadata"]["name"];
+  Json ended = wait_for_end(id, 90s);
+  ASSERT_EQ(ended["status"]["phase"], "Succeeded") << ended.dump() << agents_[0]->log() << agents_[1]->log();
+  EXPECT_EQ(wait_for_end(urgent)["status"]["phase"], "Succeeded");
+  // One copy throughout: each tick once, from the process restored on node-b.
+  const auto lines = texts(logs(id));
+  expect_unbroken(ticks(lines), 60);
+  EXPECT_EQ(lines.back(), "file ok 60") << ::testing::PrintToString(lines) << events(id);
+  // Pre-empted, released by node-a with its checkpoint, and only then bound to node-b.
+  std::vector<std::string> order;
+  for (const auto& e : ended["status"]["events"]) {
+    const std::string type = e["type"];
+    if (type == "Preempted" || type == "Released" || type == "Scheduled") order.push_back(type + " " + e.value("reason", ""));
+  }
+  ASSERT_EQ(order.size(), 4u) << ::testing::PrintToString(order);
+  EXPECT_THAT(order[0], HasSubstr("Scheduled bound to node-a"));
+  EXPECT_THAT(order[1], HasSubstr("Preempted pre-empted for job " + urgent));
+  EXPECT_THAT(order[2], HasSubstr("Released node node-a stopped it and stored its checkpoint; it starts again from its "
+                                  "process checkpoint"));
+  EXPECT_THAT(order[3], HasSubstr("Scheduled bound to node-b"));
+  EXPECT_EQ(ended["status"]["checkpoint"]["kind"], "process");
+}
+
 // Post-copy (`cnlab agent --post-copy`): the target runs the job as soon as all but its memory has
 // arrived and pulls the memory from the source's page server meanwhile (CRIU lazy pages).
 const std::vector<std::string> kPostCopy = {"--post-copy", "--address", "127.0.0.1"};

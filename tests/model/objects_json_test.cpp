@@ -103,9 +103,10 @@ Job finished_job() {
   job.status.waiting_reason = "waiting for 25 blocks of h100";
   job.status.cancel_requested = true;
   job.status.attempts = 2;
+  job.status.awaiting_release = PendingRelease{{"gpu-1", "gpu-2"}, at("2026-11-30T10:40:00Z")};
   Time t = at("2026-11-30T10:00:00Z");
   // Every type there is, the last one named here (a new type goes last, or this stops short of it).
-  for (int i = 0; i <= static_cast<int>(JobEventType::kNotMovedForDrain); ++i) {
+  for (int i = 0; i <= static_cast<int>(JobEventType::kReleased); ++i) {
     const auto type = static_cast<JobEventType>(i);
     job.status.events.push_back(
         {type, t, type == JobEventType::kQueued ? "" : "because " + std::string(to_string(type))});
@@ -127,7 +128,9 @@ TEST(JobJson, RoundTripsEveryControlPlaneField) {
   EXPECT_EQ(j["status"]["events"][1],
             Json({{"type", "Scheduled"}, {"time", "2026-11-30T10:01:00Z"}, {"reason", "because Scheduled"}}));
   EXPECT_FALSE(j["status"]["events"][0].contains("reason"));
-  EXPECT_EQ(j["status"]["events"].back()["type"], "NotMovedForDrain");
+  EXPECT_EQ(j["status"]["events"].back()["type"], "Released");
+  EXPECT_EQ(j["status"]["awaiting_release"],
+            Json({{"nodes", {"gpu-1", "gpu-2"}}, {"since", "2026-11-30T10:40:00Z"}}));
   EXPECT_EQ(j["status"]["exit_code"], 137);
   EXPECT_EQ(j["status"]["signal"], 9);
   EXPECT_EQ(j["status"]["finished_at"], "2026-11-30T11:00:00Z");
@@ -287,6 +290,31 @@ TEST(JobJson, SucceededNodesMustBeAnArrayOfNodeNames) {
   EXPECT_THAT(number.error().message, HasSubstr("expected a node name"));
   j["status"]["succeeded_nodes"] = {"../gpu-1"};
   EXPECT_EQ(job_from_json(j).error().field, "status.succeeded_nodes[0]");
+}
+
+TEST(JobJson, AJobAwaitingItsReleaseNamesAtLeastOneNodeAndWhenItWasPreempted) {
+  Job job = running_job();
+  job.status.phase = JobPhase::kPending;
+  job.status.placement.clear();
+  job.status.started_at.reset();
+  Json j = to_json(job);
+  EXPECT_FALSE(j["status"].contains("awaiting_release")) << "omitted when none";
+  j["status"]["awaiting_release"] = {{"nodes", {"gpu-1"}}, {"since", "2026-11-30T10:40:00Z"}};
+  auto back = job_from_json(j);
+  ASSERT_TRUE(back) << back.error().to_string();
+  ASSERT_TRUE(back->status.awaiting_release);
+  EXPECT_EQ(back->status.awaiting_release->nodes, std::vector<std::string>{"gpu-1"});
+  j["status"]["awaiting_release"]["nodes"] = Json::array();
+  auto none = job_from_json(j);
+  ASSERT_FALSE(none);
+  EXPECT_EQ(none.error().field, "status.awaiting_release.nodes");
+  EXPECT_THAT(none.error().message, HasSubstr("at least one"));
+  j["status"]["awaiting_release"]["nodes"] = {"../gpu-1"};
+  EXPECT_EQ(job_from_json(j).error().field, "status.awaiting_release.nodes[0]");
+  j["status"]["awaiting_release"] = {{"nodes", {"gpu-1"}}};
+  EXPECT_EQ(job_from_json(j).error().field, "status.awaiting_release.since");
+  j["status"]["awaiting_release"] = {{"nodes", {"gpu-1"}}, {"since", "2026-11-30T10:40:00Z"}, {"by", "x"}};
+  EXPECT_EQ(job_from_json(j).error().field, "status.awaiting_release.by");
 }
 
 TEST(JobPhaseNames, ScheduledIsAppendedSoExistingValuesKeepTheirOrder) {
