@@ -176,6 +176,9 @@ class AgentImpl final : public Agent {
   Result<int64_t> relist(ServerApi& api);
   void reconcile(const model::Job& job);
   void forget(const std::string& id);  // the job left this node (a watch DELETED)
+  // A job leaving this node (being dumped or stopped) that still holds a GPU `job` is bound to
+  // here; "" when none does. Under mutex_.
+  std::string leaving_holder(const model::Job& job) const;
   void reap();
   void reaper_loop();  // reaps finished runners (and starts their relaunches) as they finish
   bool pause(std::chrono::milliseconds duration) {
@@ -215,6 +218,9 @@ class AgentImpl final : public Agent {
   // a late watch event must not start them again.
   std::set<std::string> finished_;
   std::map<std::string, model::Job> relaunch_;  // bound here again while the old run still stops
+  // Bound here onto a GPU that a job taken off this node still holds while it is dumped or stopped
+  // (the job pre-empted for this one): started once that one has left it (see reconcile).
+  std::map<std::string, model::Job> held_back_;
   std::map<std::string, std::string> addresses_;  // node -> reported host, for MASTER_ADDR
   std::atomic<int64_t> heartbeats_ok_{0}, heartbeats_failed_{0};
 
@@ -641,6 +647,9 @@ Result<int64_t> AgentImpl::relist(ServerApi& api) {
     for (auto it = finished_.begin(); it != finished_.end();) {
       it = here.count(*it) ? std::next(it) : finished_.erase(it);
     }
+    for (auto it = held_back_.begin(); it != held_back_.end();) {
+      it = here.count(it->first) ? std::next(it) : held_back_.erase(it);
+    }
   }
   for (const auto& id : gone) forget(id);
   return (*listed)["revision"].get<int64_t>();
@@ -655,6 +664,7 @@ void AgentImpl::reconcile(const model::Job& job) {
   if (!mine) {
     finished_.erase(id);
     relaunch_.erase(id);
+    held_back_.erase(id);
     if (it != runners_.end()) it->second->request_stop(JobRunner::StopReason::kGone);
     return;
   }
@@ -674,14 +684,42 @@ void AgentImpl::reconcile(const model::Job& job) {
     runners_[id] = JobRunner::report_lost(context_, job);
     return;
   }
+  // Started beside the job it pre-empted, still holding the GPU while it is dumped, it could find
+  // the GPU's memory taken: it waits for it to leave, as Kubernetes binds a pre-empting pod only
+  // once its victims are gone.
+  if (std::string holder = leaving_holder(job); !holder.empty()) {
+    if (!held_back_.count(id)) {
+      spdlog::info("job bound, waits for its GPUs job=\"{}\" node=\"{}\" leaving=\"{}\"", id, name_, holder);
+    }
+    held_back_[id] = job;
+    return;
+  }
+  held_back_.erase(id);
   spdlog::info("job bound job=\"{}\" node=\"{}\"", id, name_);
   runners_[id] = JobRunner::launch(context_, job);
+}
+
+std::string AgentImpl::leaving_holder(const model::Job& job) const {
+  std::set<int> wanted;
+  for (const auto& binding : job.status.placement) {
+    if (binding.node != name_) continue;
+    for (const auto& g : binding.gpus) wanted.insert(g.index);
+  }
+  if (wanted.empty()) return "";
+  for (const auto& [other, runner] : runners_) {
+    if (other == job.meta.name || runner->finished() || !runner->leaving()) continue;
+    for (const auto& g : runner->binding().gpus) {
+      if (wanted.count(g.index)) return other;
+    }
+  }
+  return "";
 }
 
 void AgentImpl::forget(const std::string& id) {
   std::lock_guard lock(mutex_);
   finished_.erase(id);
   relaunch_.erase(id);
+  held_back_.erase(id);
   auto it = runners_.find(id);
   if (it != runners_.end()) it->second->request_stop(JobRunner::StopReason::kGone);
 }
@@ -720,6 +758,15 @@ void AgentImpl::reap() {
       } else {
         ++it;
       }
+    }
+    for (auto it = held_back_.begin(); it != held_back_.end() && !stopped_;) {
+      if (runners_.count(it->first) || !leaving_holder(it->second).empty()) {
+        ++it;
+        continue;
+      }
+      spdlog::info("job bound job=\"{}\" node=\"{}\" (the job that held its GPUs has left)", it->first, name_);
+      runners_[it->first] = JobRunner::launch(context_, it->second);
+      it = held_back_.erase(it);
     }
   }
   done.clear();  // joins their threads, outside the lock

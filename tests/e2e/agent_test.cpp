@@ -329,6 +329,41 @@ TEST_F(AgentTest, APreemptedJobsCheckpointIsUploadedAndHandedBackWhenItResumesOn
   EXPECT_EQ(wait_for_end(urgent)["status"]["phase"], "Cancelled");  // its sleep ends before the agents stop
 }
 
+// The pre-empting job is bound to the GPU at once, but its agent starts it only once the job it
+// pre-empted has saved its state and left the GPU: both at once could run it out of memory.
+TEST_F(AgentTest, APreemptingJobStartsOnlyOnceTheJobItPreemptedHasLeftTheGpu) {
+  add_agent("gpu-1", "h100", {"--checkpoint-grace", "10s"});
+  // Saving takes it 2 s (a GPU job copying its state out), then it says when it left.
+  std::string victim = submit({"python3", "-c",
+                               "import os, signal, sys, time\n"
+                               "def save(*_):\n"
+                               "  time.sleep(2)\n"
+                               "  open(os.path.join(os.environ['CNLAB_CHECKPOINT_DIR'], 'saved'), 'w').write('x')\n"
+                               "  print('left at', time.time(), flush=True)\n"
+                               "  sys.exit(0)\n"
+                               "signal.signal(signal.SIGUSR1, save)\n"
+                               "if os.path.exists(os.path.join(os.environ['CNLAB_CHECKPOINT_DIR'], 'saved')):\n"
+                               "  sys.exit(0)\n"
+                               "print('running', flush=True)\n"
+                               "while True:\n"
+                               "  time.sleep(0.05)\n"},
+                              "h100x1", 256, {{"priority_class", "opportunistic"}, {"checkpointable", true}});
+  ASSERT_TRUE(eventually([&] { return !logs(victim).empty(); }, 20s));
+  std::string urgent = submit({"python3", "-c", "import time; print('started at', time.time(), flush=True)"}, "h100x1",
+                              256, {{"priority_class", "production"}});
+  EXPECT_EQ(wait_for_end(urgent)["status"]["phase"], "Succeeded");
+  EXPECT_EQ(wait_for_end(victim)["status"]["phase"], "Succeeded") << "resumed after it, and ended";
+  const auto victim_lines = texts(logs(victim));
+  const auto urgent_lines = texts(logs(urgent));
+  ASSERT_EQ(victim_lines.size(), 2u) << ::testing::PrintToString(victim_lines);
+  ASSERT_EQ(urgent_lines.size(), 1u) << ::testing::PrintToString(urgent_lines);
+  const double left = std::stod(victim_lines[1].substr(std::string("left at ").size()));
+  const double started = std::stod(urgent_lines[0].substr(std::string("started at ").size()));
+  EXPECT_GE(started, left) << "the pre-empting job started while the job it pre-empted still held the GPU";
+  EXPECT_THAT(agents_[0]->log(), HasSubstr("job bound, waits for its GPUs job=\"" + urgent + "\" node=\"gpu-1\" leaving=\"" +
+                                           victim + "\""));
+}
+
 TEST_F(AgentTest, TheAgentAppliesTheMigLayoutTheSchedulerDecided) {
   add_agent("gpu-1", "h100:mig");
   std::string id = submit({"sh", "-c", "echo in a MIG slice; sleep 3"}, "h100:3g.40gb");
