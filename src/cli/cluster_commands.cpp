@@ -143,8 +143,9 @@ void run_nodes(const ClientFlags& flags, const ClusterArgs& args) {
     if (status.value("simulated", false)) notes.push_back("simulated");
     const std::string phase(field(node, "status", "phase"));
     if (phase == "Draining") {
-      // What the drain still waits for: jobs that move, and those that run to their end here.
-      const int64_t left = status.value("bound_jobs", int64_t{0});
+      // What the drain still waits for: jobs that move, those that run to their end here, and those
+      // requeued that are still stopping here.
+      const int64_t left = drain_jobs_left(status);
       notes.push_back(left == 0 ? std::string("drained: no jobs left") : "draining: " + count_of(left, "job") + " left");
     } else if (node.contains("spec") && node["spec"].value("unschedulable", false)) {
       notes.push_back("cordoned");

@@ -1,6 +1,7 @@
 // `cnlab admin node cordon|drain|uncordon NAME`: Kubernetes' verbs. A drain here moves the node's
-// checkpointable jobs live instead of evicting them and leaves the rest to finish there
-// (docs/api.md, POST /v1/nodes/{name}/drain). `drain --wait` follows the drain to its end, as
+// checkpointable jobs live instead of evicting them and leaves the rest to finish there, or, with
+// --requeue, requeues the rest as `kubectl drain` evicts them (docs/api.md, POST
+// /v1/nodes/{name}/drain). `drain --wait` follows the drain to its end, as
 // `kubectl drain` does: it prints how many jobs are left each time that changes, and exits 0 once
 // none is; at --timeout it lists the jobs left, each with what it waits for, and exits 1.
 #include <chrono>
@@ -35,8 +36,9 @@ std::string waits_for(const Json& job) {
   return "its turn to move (at most 2 leave a node at once)";
 }
 
-// "  JOB: what it waits for", a line per job bound to `node` (Scheduled or Running).
-std::string jobs_left(net::Client& api, const std::string& node) {
+// "  JOB: what it waits for", a line per job bound to `node` (Scheduled or Running), and a line for
+// the `releasing` jobs taken off it that are still stopping there.
+std::string jobs_left(net::Client& api, const std::string& node, int64_t releasing) {
   auto listed = get_json(api, "/v1/jobs?node=" + url_encode(node));
   if (!listed) return "  (the jobs could not be listed: " + listed.error().message + ")\n";
   std::string lines;
@@ -44,6 +46,9 @@ std::string jobs_left(net::Client& api, const std::string& node) {
     const std::string phase = job["status"].value("phase", "");
     if (phase != "Scheduled" && phase != "Running") continue;
     lines += "  " + job["metadata"].value("name", "?") + ": " + waits_for(job) + "\n";
+  }
+  if (releasing > 0) {
+    lines += "  and " + count_of(releasing, "job") + " taken off it, still stopping there and storing checkpoints\n";
   }
   return lines;
 }
@@ -60,7 +65,7 @@ int wait_until_drained(const ClientFlags& flags, const std::string& node, std::c
     if (!got) return report(got.error());
     const Json& status = (*got)["status"];
     const std::string phase = status.value("phase", "");
-    const int64_t left = status.value("bound_jobs", int64_t{0});
+    const int64_t left = drain_jobs_left(status);
     if (phase != "Draining") {
       std::fprintf(stderr, "cnlab: node %s is no longer draining (%s) with %s left\n", node.c_str(), phase.c_str(),
                    count_of(left, "job").c_str());
@@ -77,7 +82,8 @@ int wait_until_drained(const ClientFlags& flags, const std::string& node, std::c
     }
     if (std::chrono::steady_clock::now() >= deadline) {
       std::fprintf(stderr, "cnlab: node %s still has %s after %llds:\n%s", node.c_str(), count_of(left, "job").c_str(),
-                   static_cast<long long>(timeout.count()), jobs_left(api, node).c_str());
+                   static_cast<long long>(timeout.count()),
+                   jobs_left(api, node, status.value("releasing_jobs", int64_t{0})).c_str());
       return kExitFailed;
     }
     std::this_thread::sleep_for(1s);
@@ -92,24 +98,34 @@ void add_node_commands(CLI::App& admin, std::shared_ptr<ClientFlags> flags) {
   for (const auto& [verb, help, done] :
        std::vector<std::tuple<std::string, std::string, std::string>>{
            {"cordon", "Take no new work on the node; its jobs run on", "cordoned: it takes no new work"},
-           {"drain", "Take no new work, and move its running checkpointable jobs live to other nodes (the rest finish there)",
+           {"drain",
+            "Take no new work, and move its running checkpointable jobs live to other nodes (the rest finish there, or "
+            "with --requeue go back to the queue)",
             "draining: no new work; its checkpointable jobs move live to other nodes, the rest run to their end "
             "(cnlab ps --all shows them moving)"},
            {"uncordon", "Take new work again (ends a cordon or a drain)", "takes new work again"}}) {
     auto* command = node->add_subcommand(verb, help);
     auto name = std::make_shared<std::string>();
     auto wait = std::make_shared<bool>(false);
+    auto requeue = std::make_shared<bool>(false);
     auto timeout = std::make_shared<int64_t>(600);
     command->add_option("NAME", *name, "Node name (cnlab nodes lists them)")->required();
     if (verb == "drain") {
+      command->add_flag("--requeue", *requeue,
+                        "Requeue what cannot move live instead of letting it finish there (checkpointable jobs resume "
+                        "elsewhere from the checkpoint taken as they stop; the rest start again)");
       command->add_flag("--wait", *wait, "Wait until no job is left on the node (exit 1 at --timeout, listing them)");
       command->add_option("--timeout", *timeout, "Seconds --wait waits")->capture_default_str()->check(CLI::PositiveNumber);
     }
     command->footer("Example:\n  cnlab admin node " + verb + " gpu-7" + (verb == "drain" ? " --wait" : ""));
-    command->callback([flags, verb, done, name, wait, timeout] {
-      auto answered = call_json(*flags, "POST", "/v1/nodes/" + url_encode(*name) + "/" + verb, Json::object());
+    command->callback([flags, verb, done, name, wait, requeue, timeout] {
+      const Json body = *requeue ? Json{{"requeue", true}} : Json::object();
+      auto answered = call_json(*flags, "POST", "/v1/nodes/" + url_encode(*name) + "/" + verb, body);
       if (!answered) std::exit(report(answered.error()));
-      std::printf("node %s %s\n", name->c_str(), done.c_str());
+      std::printf("node %s %s\n", name->c_str(),
+                  *requeue ? "draining: no new work; its checkpointable jobs move live to other nodes, the rest are "
+                             "requeued (cnlab ps --all shows them)"
+                           : done.c_str());
       std::fflush(stdout);
       std::exit(*wait ? wait_until_drained(*flags, *name, std::chrono::seconds(*timeout)) : kExitOk);
     });

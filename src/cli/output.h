@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/json_reader.h"
 #include "common/result.h"
 #include "common/time.h"
 
@@ -93,5 +94,8 @@ std::string format_time(Time time, Time now);
 Time now_seconds();
 // "1 job", "3 jobs": `count` with `noun`, which takes an "s" unless the count is one.
 std::string count_of(int64_t count, const std::string& noun);
+// What a drain still waits for on a node, from its status as served: the jobs bound there
+// (`bound_jobs`) and those taken off it that are still stopping there (`releasing_jobs`).
+int64_t drain_jobs_left(const Json& node_status);
 
 }  // namespace cnlab::cli

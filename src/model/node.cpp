@@ -181,7 +181,8 @@ Json to_json(const Node& node) {
   if (node.power_down_candidate) status["power_down_candidate"] = true;
   return {{"kind", "Node"},
           {"metadata", to_json(node.meta)},
-          {"spec", {{"unschedulable", node.unschedulable}}},
+          {"spec", node.drain_requeues ? Json{{"unschedulable", node.unschedulable}, {"drain_requeues", true}}
+                                       : Json{{"unschedulable", node.unschedulable}}},
           {"status", std::move(status)}};
 }
 
@@ -192,8 +193,9 @@ Result<Node> node_from_json(const Json& json) {
   node.meta = std::move(parts->meta);
 
   JsonReader s(*parts->spec, "spec");
-  s.only({"unschedulable"});
+  s.only({"unschedulable", "drain_requeues"});
   node.unschedulable = s.boolean_or("unschedulable", false);
+  node.drain_requeues = s.boolean_or("drain_requeues", false);
   if (!s.status()) return s.status().error();
 
   JsonReader st(*parts->status, "status");

@@ -58,6 +58,9 @@ struct Node {
   int64_t memory_mib = 0;
   NodePhase phase = NodePhase::kReady;
   bool unschedulable = false;  // cordoned by an operator
+  // Drained with requeue (`cnlab admin node drain --requeue`): what cannot move live off it is
+  // requeued rather than left to run to its end there. Cleared by uncordon and cordon.
+  bool drain_requeues = false;
   bool simulated = false;      // GPUs come from the simulated backend, not real hardware
   std::vector<Gpu> gpus;       // gpus[i].index == i
   std::optional<Time> idle_since;      // when its last job ended; absent while busy
@@ -80,7 +83,7 @@ struct Node {
   bool operator==(const Node&) const = default;
 };
 
-// JSON: spec {"unschedulable"}; status {"phase", "cpu_milli", "memory_mib", "simulated", "gpus",
+// JSON: spec {"unschedulable", "drain_requeues" (omitted when false)}; status {"phase", "cpu_milli", "memory_mib", "simulated", "gpus",
 // "idle_since", "last_heartbeat", "conditions", "agent_version", "address", "peer_address", "gpu_checkpoint", "power_down_candidate"}; each GPU {"index",
 // "uuid", "model", "memory_mib", "healthy", "mig_enabled", "mig_instances", "simulated"}. Empty
 // conditions, agent_version, address and peer_address are omitted, and gpu_checkpoint and

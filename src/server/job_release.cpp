@@ -46,6 +46,15 @@ bool release_from(model::Job& job, const std::string& node, Time now, const std:
   return true;
 }
 
+std::map<std::string, int64_t> releases_owed(const ObjectCache& c) {
+  std::map<std::string, int64_t> owed;
+  c.jobs.for_each([&](const std::string&, const model::Job& job, int64_t) {
+    if (!awaits_release(job)) return;
+    for (const auto& node : job.status.awaiting_release->nodes) ++owed[node];
+  });
+  return owed;
+}
+
 size_t release_stalled(store::Store& store, ObjectCache& cache, Time now, Duration timeout) {
   struct Stalled {
     std::string job;

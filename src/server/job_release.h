@@ -9,6 +9,7 @@
 // anyway (the node's agent died, or restarted and lost track of it), with an event that says so.
 #pragma once
 
+#include <map>
 #include <string>
 
 #include "model/model.h"
@@ -33,6 +34,10 @@ std::string release_wait_reason(const model::PendingRelease& pending, Time now);
 // Released event says how and from where.
 // Returns whether the job changed (false: it did not wait for `node`).
 bool release_from(model::Job& job, const std::string& node, Time now, const std::string& how);
+
+// Per node, how many pre-empted jobs it has not released yet (still stopping there), from the
+// cache `c` (inside ObjectCache::read). Nodes that owe none are left out.
+std::map<std::string, int64_t> releases_owed(const ObjectCache& c);
 
 // One pass over the jobs waiting for a release: those whose node is Lost or gone, or that have
 // waited longer than `timeout`, are released. Returns how many jobs changed.

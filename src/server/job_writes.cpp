@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "server/job_release.h"
 #include "server/object_cache.h"
 
 namespace cnlab::server {
@@ -27,6 +28,15 @@ void requeue(model::Job& job, Time now, const std::string& why) {
        why + "; requeued" +
            (resume ? " to resume from its checkpoint of " + format_rfc3339(*job.status.last_checkpoint_at)
                    : " to start again")});
+}
+
+void preempt(model::Job& job, Time now, const std::string& reason) {
+  if (job.spec.checkpointable && job.status.phase == model::JobPhase::kRunning) await_release(job, now);
+  job.status.phase = model::JobPhase::kPending;
+  job.status.placement.clear();
+  job.status.succeeded_nodes.clear();
+  job.status.started_at.reset();
+  job.status.events.push_back({model::JobEventType::kPreempted, now, reason});
 }
 
 namespace {

@@ -22,6 +22,11 @@ bool holds_gpus(model::JobPhase phase);
 // cancel was asked. Its run on those nodes was lost (a node lost, its memory lost in a move).
 void requeue(model::Job& job, Time now, const std::string& why);
 
+// Takes a job off its nodes while it runs on there (pre-empted, moved off a GPU, requeued by a
+// drain): Pending, its placement cleared, with a Preempted event `reason`. A checkpointable job
+// that was Running waits for those nodes to release it (job_release.h): they dump it as it stops.
+void preempt(model::Job& job, Time now, const std::string& reason);
+
 struct JobWrite {
   const model::Job* before = nullptr;  // as read, at `expected_revision`
   const model::Job* after = nullptr;   // what to store

@@ -9,7 +9,6 @@
 #include "model/workspace.h"
 #include "server/api.h"
 #include "server/api_error.h"
-#include "server/job_release.h"
 #include "server/job_writes.h"
 #include "server/migrations.h"
 
@@ -681,15 +680,9 @@ net::Response Api::report_job_status(const Call& call) {
             // No live migration yet: moving is pre-empting it back to the queue (a checkpointable
             // job resumes from its latest checkpoint), which frees the memory the others need.
             job.status.events.push_back(event(model::JobEventType::kMoveRequested, call.now, move_requested));
-            if (job.spec.checkpointable) await_release(job, call.now);
-            job.status.phase = model::JobPhase::kPending;
-            job.status.placement.clear();
-            job.status.succeeded_nodes.clear();
-            job.status.started_at.reset();
-            job.status.events.push_back(event(model::JobEventType::kPreempted, call.now,
-                                              "moved off node " + call.caller.node + " (GPU short of memory)" +
-                                                  (job.spec.checkpointable ? "; resumes from its latest checkpoint"
-                                                                           : "; restarts from the beginning")));
+            preempt(job, call.now,
+                    "moved off node " + call.caller.node + " (GPU short of memory)" +
+                        (job.spec.checkpointable ? "; resumes from its latest checkpoint" : "; restarts from the beginning"));
             changed = true;
           }
           return changed;

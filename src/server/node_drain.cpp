@@ -30,6 +30,7 @@ std::vector<std::string> NodeDrain::check_once() {
   // Per draining node: its moves under way, the jobs that may move (smallest memory first), those
   // that never move, and those not started yet.
   struct Draining {
+    bool requeues = false;  // drained with --requeue: what cannot move live is requeued
     int in_flight = 0;
     std::vector<std::pair<int64_t, std::string>> movable;  // (memory_mib, job)
     std::vector<std::pair<std::string, std::string>> staying;  // (job, why it never moves)
@@ -38,7 +39,7 @@ std::vector<std::string> NodeDrain::check_once() {
   std::map<std::string, Draining> draining;
   auto gather = [&](const ObjectCache& c) {
     c.nodes.for_each([&](const std::string& name, const model::Node& node, int64_t) {
-      if (node.phase == model::NodePhase::kDraining) draining[name];
+      if (node.phase == model::NodePhase::kDraining) draining[name].requeues = node.drain_requeues;
     });
     if (draining.empty()) return 0;
     c.jobs.for_each([&](const std::string& id, const model::Job& job, int64_t) {
@@ -87,14 +88,14 @@ std::vector<std::string> NodeDrain::check_once() {
   const Time now = clock_();
   for (const auto& [node, d] : draining) {
     for (const auto& id : d.unstarted) requeue_unstarted(id, node, now);
-    for (const auto& [id, why] : d.staying) not_moved(id, node, NotMoved::kNever, why, now);
+    for (const auto& [id, why] : d.staying) cannot_move(id, node, d.requeues, NotMoved::kNever, why, now);
   }
   auto no_cycle = hold_scheduler_();
   for (auto& [node, d] : draining) {
     std::sort(d.movable.begin(), d.movable.end());
     for (const auto& [memory, id] : d.movable) {
       if (d.in_flight >= kDrainMovesInFlight) break;
-      if (move_off(id, node, now)) {
+      if (move_off(id, node, d.requeues, now)) {
         ++d.in_flight;
         asked.push_back(id);
       }
@@ -103,7 +104,7 @@ std::vector<std::string> NodeDrain::check_once() {
   return asked;
 }
 
-bool NodeDrain::move_off(const std::string& id, const std::string& node, Time now) {
+bool NodeDrain::move_off(const std::string& id, const std::string& node, bool requeues, Time now) {
   std::pair<NotMoved, std::string> refused{NotMoved::kNotYet, ""};
   auto chosen = cache_.read([&](const ObjectCache& c) -> std::optional<MigrationTarget> {
     auto job = c.jobs.get(id);
@@ -130,7 +131,7 @@ bool NodeDrain::move_off(const std::string& id, const std::string& node, Time no
     return *target;
   });
   if (!chosen) {
-    if (!refused.second.empty()) not_moved(id, node, refused.first, refused.second, now);
+    if (!refused.second.empty()) cannot_move(id, node, requeues, refused.first, refused.second, now);
     return false;
   }
   Json audit = {{"time", format_rfc3339(now)}, {"actor", "node-drain"}, {"action", "jobs.migrate"}, {"target", id},
@@ -144,7 +145,7 @@ bool NodeDrain::move_off(const std::string& id, const std::string& node, Time no
                          {"target", chosen->node}, {"outcome", "ok"}, {"detail", {{"job", id}, {"added", instances}}}};
     if (auto added = add_mig_instances(store_, cache_, chosen->node, chosen->gpus.new_instances, layout_audit.dump());
         !added) {
-      not_moved(id, node, NotMoved::kNotYet, added.error().message, now);
+      cannot_move(id, node, requeues, NotMoved::kNotYet, added.error().message, now);
       return false;
     }
   }
@@ -185,6 +186,44 @@ void NodeDrain::requeue_unstarted(const std::string& id, const std::string& node
     spdlog::error("drain: job not requeued job=\"{}\" node=\"{}\" error=\"{}\"", id, node, requeued.error().to_string());
   } else if (requeued->has_value()) {
     spdlog::info("drain: job requeued before it started node=\"{}\" job=\"{}\"", node, id);
+    wake_scheduler_();
+  }
+}
+
+void NodeDrain::cannot_move(const std::string& id, const std::string& node, bool requeues, NotMoved kind,
+                            const std::string& why, Time now) {
+  if (requeues) {
+    requeue_off(id, node, why, now);
+  } else {
+    not_moved(id, node, kind, why, now);
+  }
+}
+
+void NodeDrain::requeue_off(const std::string& id, const std::string& node, const std::string& why, Time now) {
+  Json audit = {{"time", format_rfc3339(now)}, {"actor", "node-drain"}, {"action", "jobs.requeue"}, {"target", id},
+                {"outcome", "ok"}, {"detail", {{"node", node}, {"for", "drain of " + node}, {"reason", why}}}};
+  auto requeued = update_job(
+      store_, &cache_, id,
+      [&](model::Job& job) -> Result<bool> {
+        // Checked again on the stored record: it may have ended, moved or been cancelled meanwhile.
+        const bool here = std::any_of(job.status.placement.begin(), job.status.placement.end(),
+                                      [&](const auto& binding) { return binding.node == node; });
+        if (job.status.phase != model::JobPhase::kRunning || job.status.migration || job.status.cancel_requested ||
+            !here) {
+          return false;
+        }
+        preempt(job, now,
+                fmt::format("node {} drains with --requeue, and the job cannot move live: {}; requeued to {}", node, why,
+                            job.spec.checkpointable ? "resume from the checkpoint taken as it stops"
+                                                    : "start again from the beginning"));
+        return true;
+      },
+      audit.dump());
+  if (!requeued) {
+    spdlog::error("drain: job not requeued job=\"{}\" node=\"{}\" error=\"{}\"", id, node, requeued.error().to_string());
+  } else if (requeued->has_value()) {
+    not_moved_.erase(id);
+    spdlog::info("drain: job requeued node=\"{}\" job=\"{}\" reason=\"{}\"", node, id, why);
     wake_scheduler_();
   }
 }

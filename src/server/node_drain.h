@@ -9,6 +9,11 @@
 // (Preempted: "node X drains, and the job had not started there"), as Kubernetes evicts a pod
 // before it runs: it starts elsewhere instead of starting only to be moved or waited for.
 //
+// A drain with requeue (`cnlab admin node drain --requeue`, Node::drain_requeues) empties the node
+// as `kubectl drain` does: what cannot move live now (for whatever reason above) is pre-empted back
+// to the queue instead of staying. A checkpointable job is dumped, or saves itself on SIGUSR1, as
+// it stops, and resumes elsewhere from that checkpoint; the rest start again.
+//
 // At most kDrainMovesInFlight moves leave one node at once, smallest memory first: each freezes its
 // job and copies it, and a drain of many jobs at once would freeze them all together and fight for
 // the same links. A pass holds the scheduler's decisions, as `cnlab migrate` does, so that no cycle
@@ -42,8 +47,9 @@ class NodeDrain {
   std::vector<std::string> check_once();
 
  private:
-  // Asks one job to move off draining node `node`; false where it cannot now.
-  bool move_off(const std::string& id, const std::string& node, Time now);
+  // Asks one job to move off draining node `node`; false where it cannot now (then, with
+  // `requeues`, it is requeued instead).
+  bool move_off(const std::string& id, const std::string& node, bool requeues, Time now);
   // Takes job `id`, bound to draining `node` and not started, back to the queue.
   void requeue_unstarted(const std::string& id, const std::string& node, Time now);
   // Why a job is not moved now: it never will be (it runs to its end there), not yet (no room
@@ -52,6 +58,13 @@ class NodeDrain {
   // Says why job `id` is not moved off draining `node`, once per reason: in the server's log and,
   // but for kNotAgainYet, as a NotMovedForDrain event on the job (what `cnlab describe` shows).
   void not_moved(const std::string& id, const std::string& node, NotMoved kind, const std::string& why, Time now);
+  // A job that cannot move live off draining `node` now: requeued where the drain `requeues`,
+  // else not_moved.
+  void cannot_move(const std::string& id, const std::string& node, bool requeues, NotMoved kind,
+                   const std::string& why, Time now);
+  // Takes running job `id` off draining `node` back to the queue, as a pre-emption: a
+  // checkpointable one resumes from the checkpoint its agent takes as it stops (job_release.h).
+  void requeue_off(const std::string& id, const std::string& node, const std::string& why, Time now);
 
   store::Store& store_;
   ObjectCache& cache_;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <openssl/crypto.h>
 
+#include "server/job_release.h"
 #include "server/api.h"
 #include "server/api_error.h"
 
@@ -33,11 +34,14 @@ void keep_decided_layouts(const model::Node& decided, model::Node& reported) {
 // A node as the API answers it: the stored object, with what the jobs bound there hold on each GPU
 // (`allocated_blocks`, `allocated_vram_mib`, `allocated_jobs`) and how many jobs are bound to it
 // (`bound_jobs`: what a drain still waits for) from the node's allocation record, so that anyone
-// who may list nodes sees how full each is without seeing whose jobs fill it.
-Json node_with_allocations(const model::Node& node, const Allocation* allocation) {
+// who may list nodes sees how full each is without seeing whose jobs fill it; and how many jobs
+// taken off it are still stopping there (`releasing_jobs`, job_release.h), which a drain waits for
+// too.
+Json node_with_allocations(const model::Node& node, const Allocation* allocation, int64_t releasing) {
   Json json = to_json(node);
   if (!json.contains("status")) return json;
   json["status"]["bound_jobs"] = allocation ? allocation->jobs.size() : 0;
+  if (releasing > 0) json["status"]["releasing_jobs"] = releasing;
   if (!json["status"].contains("gpus")) return json;
   for (Json& gpu : json["status"]["gpus"]) {
     const int index = gpu.value("index", -1);
@@ -110,12 +114,15 @@ net::Response Api::register_node(const Call& call) {
     if (old && (old->phase == model::NodePhase::kCordoned || old->phase == model::NodePhase::kDraining)) {
       node->phase = old->phase;
       node->unschedulable = true;
+      node->drain_requeues = old->drain_requeues;
     } else {
       node->phase = model::NodePhase::kReady;
+      node->drain_requeues = false;
     }
   } else {
     node->phase = model::NodePhase::kReady;
     node->unschedulable = false;
+    node->drain_requeues = false;
   }
   node->last_heartbeat = call.now;
   node->meta.revision = 0;
@@ -169,6 +176,7 @@ net::Response Api::heartbeat(const Call& call) {
     // What the operator decided stays; what the agent sees is taken from the report.
     next.phase = current->phase;
     next.unschedulable = current->unschedulable;
+    next.drain_requeues = current->drain_requeues;
     if (next.phase == model::NodePhase::kNotReady || next.phase == model::NodePhase::kLost) {
       next.phase = next.unschedulable ? model::NodePhase::kCordoned : model::NodePhase::kReady;
     }
@@ -210,27 +218,30 @@ net::Response Api::list_nodes(const Call& call) {
   Json items = Json::array();
   int64_t revision = ctx_.store.revision();
   ctx_.cache.read([&](const ObjectCache& c) {
+    const auto owed = releases_owed(c);
     c.nodes.for_each([&](const std::string& name, const model::Node& node, int64_t) {
-      items.push_back(node_view(node, c.allocations.get(name).object.get()));
+      auto releasing = owed.find(name);
+      items.push_back(node_view(node, c.allocations.get(name).object.get(), releasing == owed.end() ? 0 : releasing->second));
     });
     return 0;
   });
   return json_response(200, {{"items", std::move(items)}, {"revision", revision}});
 }
 
-Json Api::node_view(const model::Node& node, const Allocation* allocation) const {
+Json Api::node_view(const model::Node& node, const Allocation* allocation, int64_t releasing) const {
   model::Node served = node;
   const NodeIdle idle = ctx_.node_idle ? ctx_.node_idle(node.meta.name) : NodeIdle{};
   served.idle_since = idle.since;
   served.power_down_candidate = idle.power_down_candidate;
-  return node_with_allocations(served, allocation);
+  return node_with_allocations(served, allocation, releasing);
 }
 
 net::Response Api::get_node(const Call& call) {
   auto answer = ctx_.cache.read([&](const ObjectCache& c) -> std::optional<Json> {
     auto node = c.nodes.get(call.param("name"));
     if (!node.object) return std::nullopt;
-    return node_view(*node.object, c.allocations.get(call.param("name")).object.get());
+    auto owed = releases_owed(c);
+    return node_view(*node.object, c.allocations.get(call.param("name")).object.get(), owed[call.param("name")]);
   });
   if (!answer) return error_response(Error::not_found("node", call.param("name"), "no such node"));
   return json_response(200, std::move(*answer));
@@ -248,12 +259,27 @@ net::Response Api::set_node_schedulable(const Call& call, bool cordon, bool drai
     audit_refusal(call, action, name, denied);
     return error_response(denied);
   }
+  // A drain may requeue what cannot move live: {"requeue": true}. No other call takes a body.
+  bool requeue = false;
+  if (!call.request.body.empty()) {
+    auto body = parse_object(call.request.body);
+    if (!body) return error_response(body.error());
+    if (!drain && !body->empty()) {
+      return error_response(Error::invalid_argument(body->begin().key(), body->begin()->dump(),
+                                                    "cordon and uncordon take no body"));
+    }
+    JsonReader r(*body, "");
+    r.only({"requeue"});
+    requeue = r.boolean_or("requeue", false);
+    if (!r.status()) return error_response(r.status().error());
+  }
   for (int attempt = 0; attempt < 8; ++attempt) {
     auto record = ctx_.store.get(kind::kNodes, name);
     if (!record) return error_response(record.error());
     auto node = model::node_from_json(Json::parse(record->value, nullptr, false));
     if (!node) return error_response(node.error());
     node->unschedulable = cordon;
+    node->drain_requeues = drain && requeue;
     bool silent = node->phase == model::NodePhase::kNotReady || node->phase == model::NodePhase::kLost;
     if (!silent) {
       node->phase = drain ? model::NodePhase::kDraining : cordon ? model::NodePhase::kCordoned : model::NodePhase::kReady;

@@ -228,15 +228,9 @@ size_t SchedulerLoop::commit(const sched::CycleResult& result) {
   for (const auto& p : result.preemptions) {
     model::Job job = stored_before(p.victim);
     const std::string& by = snapshot_.jobs[p.for_job].meta.name;
-    // Dumped on its node as it stops: it starts again once that checkpoint is stored (job_release.h).
-    if (job.spec.checkpointable && job.status.phase == model::JobPhase::kRunning) await_release(job, now);
-    job.status.phase = model::JobPhase::kPending;
-    job.status.placement.clear();
-    job.status.succeeded_nodes.clear();
-    job.status.started_at.reset();
-    job.status.events.push_back({model::JobEventType::kPreempted, now,
-                                 fmt::format("pre-empted for job {}{}", by,
-                                             p.checkpoint ? "; resumes from its latest checkpoint" : "; restarts from the beginning")});
+    preempt(job, now,
+            fmt::format("pre-empted for job {}{}", by,
+                        p.checkpoint ? "; resumes from its latest checkpoint" : "; restarts from the beginning"));
     after[p.victim] = std::move(job);
     decisions[p.victim] = {{"decision", "preempt"}, {"job", snapshot_.jobs[p.victim].meta.name}, {"for", by},
                            {"checkpoint", p.checkpoint}, {"work_lost", format_duration(p.work_lost)}};

@@ -731,6 +731,36 @@ TEST_F(MigrationTest, ADrainedNodesCheckpointableJobMovesLiveAndTheOtherRunsOnTh
   EXPECT_THAT(cnlab("nodes").second, HasSubstr("drained: no jobs left"));
 }
 
+// `drain --requeue` empties the node as `kubectl drain` does: the checkpointable job still moves
+// live, the plain one is requeued and starts again on the other node, and `--wait` ends once
+// neither is left on the node.
+TEST_F(MigrationTest, ADrainWithRequeueMovesTheCheckpointableJobLiveAndStartsThePlainOneAgainElsewhere) {
+  add_agent("node-a", "h100");
+  std::string id = submit_counter(0);
+  Json plain_body = job_body("default", "none", {"sh", "-c", "echo started on $CNLAB_NODE; sleep 600"});
+  plain_body["spec"]["memory_mib"] = 64;
+  const std::string plain = call(*admin_, "POST", "/v1/jobs", 201, plain_body)["metadata"]["name"];
+  ASSERT_TRUE(eventually([&] { return last_tick(id) >= 5; }, 20s)) << agents_[0]->log();
+  ASSERT_TRUE(eventually([&] { return log_has(plain, "started on node-a"); }, 20s));
+  add_agent("node-b", "h100");
+
+  auto [code, said] = cnlab("admin node drain node-a --requeue --wait --timeout 90");
+  EXPECT_EQ(code, 0) << said << agents_[0]->log();
+  EXPECT_THAT(said, HasSubstr("node node-a draining: no new work; its checkpointable jobs move live to other nodes, "
+                              "the rest are requeued"));
+  EXPECT_THAT(said, HasSubstr("node node-a drained: no jobs left"));
+  EXPECT_TRUE(has_event(id, "Migrated")) << events(id);
+  EXPECT_EQ(placed_on(id), "node-b");
+  ASSERT_TRUE(eventually([&] { return log_has(plain, "started on node-b"); }, 20s)) << events(plain);
+  EXPECT_THAT(events(plain), HasSubstr("node node-a drains with --requeue, and the job cannot move live: the job is not "
+                                       "checkpointable (spec.checkpointable); requeued to start again from the beginning"));
+  const int at = last_tick(id);
+  ASSERT_TRUE(eventually([&] { return last_tick(id) >= at + 5; }, 20s)) << agents_[1]->log();
+  expect_unbroken(ticks(texts(logs(id))), at + 5);
+  cancel_and_wait(id);
+  cancel_and_wait(plain);
+}
+
 TEST_F(MigrationTest, ATargetThatDiesMidMigrationLeavesTheJobRunningOnTheSource) {
   add_agent("node-a", "h100");
   add_agent("node-b", "h100");

@@ -601,6 +601,21 @@ TEST(NodeJson, EveryPhaseRoundTripsAndOnlyAnUncordonedReadyNodeIsSchedulable) {
   EXPECT_EQ(to_json(h100_node())["status"]["phase"], "Ready");
 }
 
+TEST(NodeJson, ADrainThatRequeuesRoundTripsAndIsOmittedWhenOff) {
+  Node node = h100_node();
+  EXPECT_FALSE(to_json(node)["spec"].contains("drain_requeues"));
+  node.phase = NodePhase::kDraining;
+  node.unschedulable = true;
+  node.drain_requeues = true;
+  Json j = to_json(node);
+  EXPECT_EQ(j["spec"]["drain_requeues"], true);
+  auto back = node_from_json(j);
+  ASSERT_TRUE(back) << back.error().to_string();
+  EXPECT_TRUE(back->drain_requeues);
+  j["spec"]["drain_requeues"] = "yes";
+  EXPECT_EQ(node_from_json(j).error().field, "spec.drain_requeues");
+}
+
 TEST(NodeJson, OldDownPhaseIsRefusedListingTheKnownOnes) {
   Json j = to_json(h100_node());
   j["status"]["phase"] = "Down";

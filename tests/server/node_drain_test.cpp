@@ -192,5 +192,63 @@ TEST_F(NodeDrainTest, AGangOnADrainingNodeSaysItRunsToItsEndThere) {
   EXPECT_EQ(get_job(*admin_, id)["status"]["phase"], "Running");
 }
 
+// `--requeue`: what cannot move live is taken back to the queue, as `kubectl drain` evicts; what can
+// still moves live.
+TEST_F(NodeDrainTest, ADrainWithRequeueRequeuesWhatCannotMoveLiveAndStillMovesTheRest) {
+  const std::string movable = running_job(100);
+  const std::string plain = running_job(50, /*checkpointable=*/false);
+  // Checkpointable, but holding a GPU on a node that does not checkpoint GPU state.
+  const std::string on_gpu = running_on(*source_, 1000, 100, /*checkpointable=*/true, "h100-25");
+  register_peer("gpu-2", 8000);
+  Json node = call(*admin_, "POST", "/v1/nodes/gpu-1/drain", 200, {{"requeue", true}});
+  EXPECT_EQ(node["spec"].value("drain_requeues", false), true);
+
+  ASSERT_TRUE(eventually([&] { return moving_to(movable) == "gpu-2"; }, 5s)) << get_job(*admin_, movable).dump();
+  // The plain job starts again on gpu-2.
+  ASSERT_TRUE(eventually([&] {
+    const Json job = get_job(*admin_, plain);
+    return job["status"]["phase"] == "Scheduled" && job["status"]["placement"][0]["node"] == "gpu-2";
+  }, 5s)) << get_job(*admin_, plain).dump();
+  EXPECT_THAT(get_job(*admin_, plain)["status"]["events"].dump(),
+              HasSubstr("node gpu-1 drains with --requeue, and the job cannot move live: the job is not checkpointable "
+                        "(spec.checkpointable); requeued to start again from the beginning"));
+  EXPECT_TRUE(not_moved(plain).empty());
+  // The GPU job waits for gpu-1 to stop it and store the checkpoint it saves as it stops.
+  ASSERT_TRUE(eventually([&] { return get_job(*admin_, on_gpu)["status"]["phase"] == "Pending"; }, 5s));
+  const Json waiting = get_job(*admin_, on_gpu)["status"];
+  EXPECT_EQ(waiting["awaiting_release"]["nodes"], Json::array({"gpu-1"})) << waiting.dump();
+  EXPECT_THAT(waiting["events"].dump(),
+              HasSubstr("node gpu-1 drains with --requeue, and the job cannot move live: the job holds GPUs"));
+  EXPECT_THAT(waiting["events"].dump(), HasSubstr("requeued to resume from the checkpoint taken as it stops"));
+  // Until then the drain is not over: the node still counts it.
+  EXPECT_EQ(call(*admin_, "GET", "/v1/nodes/gpu-1", 200)["status"].value("releasing_jobs", 0), 1);
+  call(*source_, "POST", "/v1/jobs/" + on_gpu + "/release", 200, {{"message", "it saved nothing to resume from"}});
+  EXPECT_FALSE(call(*admin_, "GET", "/v1/nodes/gpu-1", 200)["status"].contains("releasing_jobs"));
+  ASSERT_TRUE(wait_for_phase(*admin_, on_gpu, "Scheduled"));
+  const std::string audit = call(*admin_, "GET", "/v1/audit?limit=200", 200).dump();
+  EXPECT_THAT(audit, HasSubstr("\"action\":\"jobs.requeue\""));
+  EXPECT_THAT(audit, HasSubstr("\"reason\":\"the job is not checkpointable (spec.checkpointable)\""));
+}
+
+TEST_F(NodeDrainTest, OnlyADrainTakesARequeueWhichAHeartbeatKeepsAndUncordonEnds) {
+  register_peer("gpu-1", 8000);
+  auto agent = server_->client(register_peer("gpu-2", 8000));
+  Json bad = call(*admin_, "POST", "/v1/nodes/gpu-2/drain", 400, {{"requeue", "yes"}});
+  EXPECT_EQ(bad["error"]["field"], "requeue") << bad.dump();
+  bad = call(*admin_, "POST", "/v1/nodes/gpu-2/drain", 400, {{"evict", true}});
+  EXPECT_EQ(bad["error"]["field"], "evict") << bad.dump();
+  bad = call(*admin_, "POST", "/v1/nodes/gpu-2/cordon", 400, {{"requeue", true}});
+  EXPECT_THAT(bad.dump(), HasSubstr("cordon and uncordon take no body"));
+  EXPECT_EQ(call(*admin_, "GET", "/v1/nodes/gpu-2", 200)["status"]["phase"], "Ready") << "nothing changed";
+
+  call(*admin_, "POST", "/v1/nodes/gpu-2/drain", 200, {{"requeue", true}});
+  call(*agent, "PUT", "/v1/nodes/gpu-2/heartbeat", 200, node_object("gpu-2", "h100", 1, 8000, 512 * 1024, "127.0.0.1:7443"));
+  EXPECT_EQ(call(*admin_, "GET", "/v1/nodes/gpu-2", 200)["spec"].value("drain_requeues", false), true);
+  call(*admin_, "POST", "/v1/nodes/gpu-2/uncordon", 200);
+  EXPECT_FALSE(call(*admin_, "GET", "/v1/nodes/gpu-2", 200)["spec"].contains("drain_requeues"));
+  call(*admin_, "POST", "/v1/nodes/gpu-2/drain", 200);  // a plain drain leaves what cannot move
+  EXPECT_FALSE(call(*admin_, "GET", "/v1/nodes/gpu-2", 200)["spec"].contains("drain_requeues"));
+}
+
 }  // namespace
 }  // namespace cnlab::server::test_support
