@@ -491,6 +491,8 @@ void SchedulerLoop::note_idle_nodes(Time now) {
   for (const auto& job : snapshot_.jobs) {
     for (const auto& binding : job.status.placement) busy.insert(binding.node);
   }
+  // Nor is a node still stopping (dumping, uploading) a job taken off it.
+  for (const auto& [id, pending] : awaiting_release_) busy.insert(pending.nodes.begin(), pending.nodes.end());
   std::unordered_map<std::string, Time> idle_since;
   for (auto& node : snapshot_.nodes) {
     node.idle_since.reset();

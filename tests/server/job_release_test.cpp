@@ -164,6 +164,25 @@ TEST_F(JobReleaseTest, AJobCancelledWhileItWaitsEndsCancelledAndWaitsNoMore) {
   EXPECT_EQ(get_job(*admin_, victim_)["status"]["phase"], "Cancelled");
 }
 
+// A node still stopping a job taken off it is not idle (it could otherwise be picked for power-down
+// while it dumps): here a drain with --requeue leaves gpu-1 nothing but the job it is releasing.
+TEST_F(JobReleaseTest, ANodeStillStoppingAJobTakenOffItIsNotIdle) {
+  register_nodes();
+  call(*admin_, "POST", "/v1/nodes/gpu-2/cordon", 200);
+  victim_ = running("dev", *node_1_, /*checkpointable=*/true);
+  auto node_1 = [&] { return call(*admin_, "GET", "/v1/nodes/gpu-1", 200)["status"]; };
+  call(*admin_, "POST", "/v1/nodes/gpu-2/uncordon", 200);
+  ASSERT_TRUE(eventually([&] { return !node_1().contains("idle_since"); }, 5s)) << "it runs a job";
+  // The victim cannot move live (it holds a GPU, and gpu-1 does not checkpoint GPU state).
+  call(*admin_, "POST", "/v1/nodes/gpu-1/drain", 200, {{"requeue", true}});
+  ASSERT_TRUE(eventually([&] { return get_job(*admin_, victim_)["status"].contains("awaiting_release"); }, 5s));
+  std::this_thread::sleep_for(1500ms);  // a cycle or more
+  EXPECT_FALSE(node_1().contains("idle_since")) << node_1().dump();
+  EXPECT_EQ(node_1().value("releasing_jobs", 0), 1);
+  ASSERT_EQ(release(*node_1_, Json::object()).status, 200);
+  EXPECT_TRUE(eventually([&] { return node_1().contains("idle_since"); }, 5s)) << node_1().dump();
+}
+
 class JobReleaseTimeoutTest : public JobReleaseTest {
  protected:
   void SetUp() override { start_server({"--release-timeout", "2s"}); }
