@@ -363,6 +363,20 @@ TEST_F(CheckpointTest, AFinishedJobIsNotCheckpointed) {
 // (tests/fakes/held_criu.h, a script in front of the real CRIU).
 class GivenUpRestoreTest : public CheckpointTest {
  protected:
+  // Clears what the previous round left. Its shim may still be removing its own files (the
+  // control socket) as this runs, and remove_all throws on a file that vanishes under it: retried.
+  void clear_round() {
+    for (const char* part : {"node-a", "node-b", "images"}) {
+      const fs::path path = dir_.path() / part;
+      std::error_code ec;
+      for (int attempt = 0; attempt < 100 && fs::exists(path); ++attempt) {
+        fs::remove_all(path, ec);
+        if (fs::exists(path)) std::this_thread::sleep_for(20ms);
+      }
+      ASSERT_FALSE(fs::exists(path)) << path << ": " << ec.message();
+    }
+    fs::remove(criu_dir() / "held");
+  }
   void configure(RuntimeOptions& options) override {
     fs::create_directories(criu_dir());
     options.criu = test_fakes::write_held_criu(criu_dir(), options.criu);
@@ -441,10 +455,7 @@ TEST_F(GivenUpRestoreTest, ARestoreGivenUpWhileCriuRestoresEndsAtOnceAndTheImage
 TEST_F(GivenUpRestoreTest, APostCopyRestoreGivenUpEndsItsPagePullAndTheSourceRunsOn) {
   for (const std::string command : {"lazy-pages", "restore"}) {
     SCOPED_TRACE("held: criu " + command);
-    fs::remove_all(dir_.path() / "node-a");
-    fs::remove_all(dir_.path() / "node-b");
-    fs::remove_all(dir_.path() / "images");
-    fs::remove(criu_dir() / "held");
+    ASSERT_NO_FATAL_FAILURE(clear_round());
     auto source = runtime_->start(counter_job("node-a"));
     ASSERT_TRUE(source) << source.error().to_string();
     auto reader = OutputReader::open(source->output_path());
