@@ -63,13 +63,6 @@ std::string node_name_from(std::string host) {
   return out.empty() ? "node" : out;
 }
 
-bool bound_here(const model::Job& job, const std::string& node) {
-  for (const auto& b : job.status.placement) {
-    if (b.node == node) return true;
-  }
-  return false;
-}
-
 bool active(model::JobPhase phase) { return phase == model::JobPhase::kScheduled || phase == model::JobPhase::kRunning; }
 
 std::pair<int64_t, double> own_usage() {
@@ -657,7 +650,7 @@ Result<int64_t> AgentImpl::relist(ServerApi& api) {
 
 void AgentImpl::reconcile(const model::Job& job) {
   const std::string& id = job.meta.name;
-  bool mine = bound_here(job, name_) && active(job.status.phase);
+  bool mine = model::bound_to(job, name_) && active(job.status.phase);
   std::lock_guard lock(mutex_);
   if (stopped_) return;
   auto it = runners_.find(id);

@@ -190,10 +190,7 @@ bool JobRunner::still_here() {
   auto decoded = model::job_from_json(*job);
   if (!decoded) return false;
   bool active = decoded->status.phase == model::JobPhase::kScheduled || decoded->status.phase == model::JobPhase::kRunning;
-  for (const auto& b : decoded->status.placement) {
-    if (active && b.node == context_.node) return true;
-  }
-  return false;
+  return active && model::bound_to(*decoded, context_.node);
 }
 
 std::string JobRunner::pages_not_pulled() {
@@ -219,8 +216,7 @@ bool JobRunner::settle_adopted_freeze() {
   auto job = model::job_from_json(*answer);
   if (!job) return false;
   if (job->status.migration && job->status.migration->from == context_.node) return false;  // its outcome decides
-  bool here = false;
-  for (const auto& b : job->status.placement) here |= b.node == context_.node;
+  const bool here = model::bound_to(*job, context_.node);
   const bool active = job->status.phase == model::JobPhase::kScheduled || job->status.phase == model::JobPhase::kRunning;
   if (!here || !active) return false;
   if (auto thawed = handle_->thaw(); !thawed) {

@@ -223,8 +223,7 @@ void JobRunner::migrate_out(OutputReader* reader, const model::Migration& move) 
     if (!decoded || (decoded->status.migration && decoded->status.migration->requested_at == move.requested_at)) {
       return Move::kOn;
     }
-    const auto& placement = decoded->status.placement;
-    const bool here = std::any_of(placement.begin(), placement.end(), [&](const auto& b) { return b.node == context_.node; });
+    const bool here = model::bound_to(*decoded, context_.node);
     return here && decoded->status.phase == model::JobPhase::kRunning ? Move::kRolledBack : Move::kTakenOff;
   };
   // Given up meanwhile: nothing more is sent. Rolled back, the job runs on here; taken off the
@@ -366,9 +365,7 @@ void JobRunner::migrate_out(OutputReader* reader, const model::Migration& move) 
     if (job) {
       auto decoded = model::job_from_json(*job);
       if (decoded && !decoded->status.migration) {
-        bool here = false;
-        for (const auto& b : decoded->status.placement) here |= b.node == context_.node;
-        if (here) {
+        if (model::bound_to(*decoded, context_.node)) {
           spdlog::info("job migration rolled back job=\"{}\"; thawing", job_id_);
           lazy.reset();  // no more pages for the target
           update(*decoded);

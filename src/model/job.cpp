@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "common/strings.h"
 #include "model/decode.h"
 
@@ -451,6 +453,16 @@ Status validate_working_dir(std::string_view working_dir) {
     if (part == "..") return bad("a \"..\" component is not allowed");
   }
   return Status::ok();
+}
+
+bool bound_to(const Job& job, std::string_view node) {
+  return std::any_of(job.status.placement.begin(), job.status.placement.end(),
+                     [&](const NodeBinding& binding) { return binding.node == node; });
+}
+
+bool ran_latest_attempt_on(const Job& job, std::string_view node) {
+  return std::find(job.status.attempt_nodes.begin(), job.status.attempt_nodes.end(), node) !=
+         job.status.attempt_nodes.end();
 }
 
 Json to_json(const Job& job) {

@@ -4,6 +4,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/json_reader.h"
@@ -230,6 +231,12 @@ struct Job {
 
   bool operator==(const Job&) const = default;
 };
+
+// Whether a binding of the job's placement is on `node` (whatever its phase).
+bool bound_to(const Job& job, std::string_view node);
+// Whether `node` ran the job's latest started attempt (status.attempt_nodes): the nodes that may
+// still ship its logs, upload its checkpoint and release it after it was taken off them.
+bool ran_latest_attempt_on(const Job& job, std::string_view node);
 
 Json to_json(const Job& job);
 // Decodes and validates; the error names the JSON path of the first bad field ("spec.env.1BAD",

@@ -47,15 +47,6 @@ Result<std::string> parse_digest(const std::string& text, const std::string& fie
   return digest;
 }
 
-bool names_node(const std::vector<std::string>& nodes, const std::string& node) {
-  return std::find(nodes.begin(), nodes.end(), node) != nodes.end();
-}
-
-bool bound_to(const model::Job& job, const std::string& node) {
-  return std::any_of(job.status.placement.begin(), job.status.placement.end(),
-                     [&](const model::NodeBinding& b) { return b.node == node; });
-}
-
 bool names_checkpoint(const model::Job& job, const std::string& digest) {
   if (job.status.checkpoint && job.status.checkpoint->digest == digest) return true;
   return std::any_of(job.status.older_checkpoints.begin(), job.status.older_checkpoints.end(),
@@ -73,7 +64,7 @@ net::Response Api::put_checkpoint(const Call& call) {
   }
   auto cached = ctx_.cache.read([&](const ObjectCache& c) { return c.jobs.get(id); });
   if (!cached.object ||
-      !(bound_to(*cached.object, caller.node) || names_node(cached.object->status.attempt_nodes, caller.node))) {
+      !(model::bound_to(*cached.object, caller.node) || model::ran_latest_attempt_on(*cached.object, caller.node))) {
     return error_response(Error::not_found("job", id, "no such job on node " + caller.node));
   }
   std::string given = call.request.header(kDigestHeader);
@@ -124,7 +115,7 @@ net::Response Api::put_checkpoint(const Call& call) {
       ctx_.store, &ctx_.cache, id,
       [&](model::Job& job) -> Result<bool> {
         dropped.clear();
-        if (!bound_to(job, caller.node) && !names_node(job.status.attempt_nodes, caller.node)) {
+        if (!model::bound_to(job, caller.node) && !model::ran_latest_attempt_on(job, caller.node)) {
           return Error::not_found("job", id, "no such job on node " + caller.node);
         }
         if (model::is_terminal(job.status.phase)) {

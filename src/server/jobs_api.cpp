@@ -22,13 +22,6 @@ constexpr size_t kMaxListLimit = 5000;
 
 model::JobEvent event(model::JobEventType type, Time at, std::string reason) { return {type, at, std::move(reason)}; }
 
-bool bound_to(const model::Job& job, const std::string& node) {
-  for (const auto& binding : job.status.placement) {
-    if (binding.node == node) return true;
-  }
-  return false;
-}
-
 // The scheduler's view of a pending job, merged into its status as served.
 void add_waiting(Json& status, const JobWaiting& waiting) {
   if (!waiting.reason.empty()) status["waiting_reason"] = waiting.reason;
@@ -166,7 +159,7 @@ net::Response Api::list_job_summaries(const Call& call, const std::string& proje
     body.reserve(body.size() + c.jobs.size() * 240);
     const std::string* seen_project = nullptr;  // the last project `sees` answered yes for
     c.jobs.for_each([&](const std::string&, const model::Job& job, int64_t) {
-      if (!node.empty() && !bound_to(job, node)) return;
+      if (!node.empty() && !model::bound_to(job, node)) return;
       if (!caller.is_node() && !(seen_project && *seen_project == job.spec.project)) {
         if (!caller.sees(job.spec.project)) return;
         seen_project = &job.spec.project;
@@ -200,7 +193,7 @@ Result<Cached<model::Job>> Api::visible_job(const Call& call, const std::string&
                                     (incoming && job.status.migration->to == call.caller.node));
   };
   bool visible = cached.object && (call.caller.is_node()
-                                       ? bound_to(*cached.object, call.caller.node) || migrating(*cached.object)
+                                       ? model::bound_to(*cached.object, call.caller.node) || migrating(*cached.object)
                                        : call.caller.sees(cached.object->spec.project));
   if (!visible) return Error::not_found("job", id, "no such job");
   return cached;
@@ -425,7 +418,7 @@ net::Response Api::list_jobs(const Call& call) {
     if (!node.empty()) {
       ctx_.cache.read([&](const ObjectCache& c) {
         c.jobs.for_each([&](const std::string& id, const model::Job& job, int64_t) {
-          if (bound_to(job, node)) now_on_node.push_back(id);
+          if (model::bound_to(job, node)) now_on_node.push_back(id);
         });
         return 0;
       });
@@ -610,7 +603,7 @@ net::Response Api::report_job_status(const Call& call) {
       [&](model::Job& job) -> Result<bool> {
         move_ended = {};  // this try's, not an earlier one's that lost a race
         not_taken = false;
-        if (!holds_gpus(job.status.phase) || !bound_to(job, call.caller.node)) {
+        if (!holds_gpus(job.status.phase) || !model::bound_to(job, call.caller.node)) {
           return Error::of(ErrorCode::kConflict, "job", id,
                            "the job is " + std::string(to_string(job.status.phase)) + ", not bound to this node");
         }
@@ -780,11 +773,9 @@ net::Response Api::post_logs(const Call& call) {
   // node (pre-empted, dumped for a resume) prints until it is stopped, and those lines belong
   // before what it prints when it resumes.
   auto cached = ctx_.cache.read([&](const ObjectCache& c) { return c.jobs.get(id); });
-  const bool ran_there =
-      cached.object && !is_terminal(cached.object->status.phase) &&
-      std::find(cached.object->status.attempt_nodes.begin(), cached.object->status.attempt_nodes.end(),
-                call.caller.node) != cached.object->status.attempt_nodes.end();
-  if (!cached.object || !(bound_to(*cached.object, call.caller.node) || ran_there)) {
+  const bool ran_there = cached.object && !is_terminal(cached.object->status.phase) &&
+                         model::ran_latest_attempt_on(*cached.object, call.caller.node);
+  if (!cached.object || !(model::bound_to(*cached.object, call.caller.node) || ran_there)) {
     return error_response(Error::not_found("job", id, "no such job"));
   }
   auto body = parse_body(call.request);

@@ -175,8 +175,7 @@ void NodeDrain::requeue_unstarted(const std::string& id, const std::string& node
       store_, &cache_, id,
       [&](model::Job& job) -> Result<bool> {
         // Checked again on the stored record: started meanwhile, it moves or stays as running jobs do.
-        const bool here = std::any_of(job.status.placement.begin(), job.status.placement.end(),
-                                      [&](const auto& binding) { return binding.node == node; });
+        const bool here = model::bound_to(job, node);
         if (job.status.phase != model::JobPhase::kScheduled || job.status.migration || !here) return false;
         requeue(job, now, "node " + node + " drains, and the job had not started there");
         return true;
@@ -206,8 +205,7 @@ void NodeDrain::requeue_off(const std::string& id, const std::string& node, cons
       store_, &cache_, id,
       [&](model::Job& job) -> Result<bool> {
         // Checked again on the stored record: it may have ended, moved or been cancelled meanwhile.
-        const bool here = std::any_of(job.status.placement.begin(), job.status.placement.end(),
-                                      [&](const auto& binding) { return binding.node == node; });
+        const bool here = model::bound_to(job, node);
         if (job.status.phase != model::JobPhase::kRunning || job.status.migration || job.status.cancel_requested ||
             !here) {
           return false;

@@ -87,9 +87,7 @@ void NodeLifecycle::requeue_jobs_of(const std::string& node, Time now) {
         store_, &cache_, id,
         [&](model::Job& job) -> Result<bool> {
           if (!holds_gpus(job.status.phase)) return false;
-          bool here = false;
-          for (const auto& b : job.status.placement) here = here || b.node == node;
-          if (!here) return false;
+          if (!model::bound_to(job, node)) return false;
           requeue(job, now, "node " + node + " lost");
           return true;
         },

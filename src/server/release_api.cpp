@@ -6,8 +6,6 @@
 // the job does not wait for changes nothing and is answered with the job as it is.
 #include <fmt/format.h>
 
-#include <algorithm>
-
 #include "common/json_reader.h"
 #include "server/api.h"
 #include "server/api_error.h"
@@ -24,12 +22,8 @@ net::Response Api::release_job(const Call& call) {
     return error_response(Error::of(ErrorCode::kPermissionDenied, "token", call.caller.user,
                                     "only the agent of a node the job ran on releases it"));
   }
-  auto ran_there = [&](const model::Job& job) {
-    const auto& nodes = job.status.attempt_nodes;
-    return std::find(nodes.begin(), nodes.end(), node) != nodes.end();
-  };
   auto cached = ctx_.cache.read([&](const ObjectCache& c) { return c.jobs.get(id); });
-  if (!cached.object || !ran_there(*cached.object)) {
+  if (!cached.object || !model::ran_latest_attempt_on(*cached.object, node)) {
     return error_response(Error::not_found("job", id, "no such job ran on node " + node));
   }
   auto body = call.request.body.empty() ? Result<Json>(Json::object()) : parse_body(call.request);
@@ -53,7 +47,7 @@ net::Response Api::release_job(const Call& call) {
   auto updated = update_job(
       ctx_.store, &ctx_.cache, id,
       [&](model::Job& job) -> Result<bool> {
-        if (!ran_there(job)) return Error::not_found("job", id, "no such job ran on node " + node);
+        if (!model::ran_latest_attempt_on(job, node)) return Error::not_found("job", id, "no such job ran on node " + node);
         // Named as the job's latest: stored by this stop (an older one would be refused a resume).
         const bool stored = !digest.empty() && job.status.checkpoint && job.status.checkpoint->digest == digest;
         std::string how = stored ? fmt::format("node {} stopped it and stored its checkpoint", node)

@@ -48,11 +48,7 @@ bool in_project(const model::Workspace& workspace, const std::string& project) {
 }
 
 bool names_workspace_on(const model::Job& job, const std::string& node, const std::string& digest) {
-  if (!job.spec.workspace || job.spec.workspace->digest != digest) return false;
-  for (const auto& binding : job.status.placement) {
-    if (binding.node == node) return true;
-  }
-  return false;
+  return job.spec.workspace && job.spec.workspace->digest == digest && model::bound_to(job, node);
 }
 
 // HEAD answers carry no body: the client reads none after the head.
