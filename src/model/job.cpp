@@ -126,8 +126,9 @@ Json status_to_json(const JobStatus& status) {
     j["migration"] = std::move(move);
   }
   if (status.awaiting_release) {
-    j["awaiting_release"] = {{"nodes", status.awaiting_release->nodes},
-                             {"since", format_rfc3339(status.awaiting_release->since)}};
+    const auto& pending = *status.awaiting_release;
+    j["awaiting_release"] = {{"nodes", pending.nodes}, {"since", format_rfc3339(pending.since)}};
+    if (!pending.released.empty()) j["awaiting_release"]["released"] = pending.released;
   }
   return j;
 }
@@ -351,13 +352,24 @@ JobStatus read_status(JsonReader& r) {
   }
   if (const Json* release = r.object("awaiting_release")) {
     JsonReader a(*release, r.path_of("awaiting_release"));
-    a.only({"nodes", "since"});
+    a.only({"nodes", "since", "released"});
     PendingRelease pending;
     if (const Json* nodes = a.array("nodes")) pending.nodes = read_node_names(*nodes, a.path_of("nodes"), a);
     if (a.status() && pending.nodes.empty()) {
       a.fail(Error::invalid_argument(a.path_of("nodes"), "[]", "the nodes the job waits for: at least one"));
     }
     pending.since = detail::required_time(a, "since");
+    if (const Json* released = a.array("released")) {
+      for (size_t i = 0; i < released->size() && a.status(); ++i) {
+        const Json& clause = (*released)[i];
+        if (!clause.is_string() || clause.get_ref<const std::string&>().size() > kMaxReleaseClause) {
+          a.fail(Error::invalid_argument(fmt::format("{}[{}]", a.path_of("released"), i), clause.dump().substr(0, 60),
+                                         fmt::format("a string of at most {} bytes", kMaxReleaseClause)));
+        } else {
+          pending.released.push_back(clause.get<std::string>());
+        }
+      }
+    }
     if (!a.status()) r.fail(a.status().error());
     status.awaiting_release = std::move(pending);
   }

@@ -180,10 +180,15 @@ struct Migration {
 // /v1/jobs/{id}/release, after its checkpoint was stored or could not be), is lost, or has not
 // released it within the server's --release-timeout of `since`: so it never runs in two places at
 // once, and it resumes from the checkpoint taken as it stopped rather than an older one.
-// JSON {"nodes": ["gpu-1"], "since": "2026-11-30T10:01:00Z"}.
+inline constexpr size_t kMaxReleaseClause = 2048;  // one entry of PendingRelease::released
+// JSON {"nodes": ["gpu-1"], "since": "2026-11-30T10:01:00Z", "released": ["node gpu-2 stopped it
+// and stored its checkpoint"]}.
 struct PendingRelease {
-  std::vector<std::string> nodes;  // not empty
+  std::vector<std::string> nodes;  // not empty: those still stopping it
   Time since{};
+  // How each node of a gang that has already released it did so, in order; the Released event
+  // says all of them once the last one has. Omitted from JSON when empty.
+  std::vector<std::string> released;
 
   bool operator==(const PendingRelease&) const = default;
 };

@@ -11,7 +11,7 @@
 namespace cnlab::server {
 
 void await_release(model::Job& job, Time now) {
-  model::PendingRelease pending{{}, now};
+  model::PendingRelease pending{{}, now, {}};
   for (const auto& binding : job.status.placement) pending.nodes.push_back(binding.node);
   if (pending.nodes.empty()) return;
   job.status.awaiting_release = std::move(pending);
@@ -34,12 +34,16 @@ bool release_from(model::Job& job, const std::string& node, Time now, const std:
   auto it = std::find(nodes.begin(), nodes.end(), node);
   if (it == nodes.end()) return false;
   nodes.erase(it);
+  auto& released = job.status.awaiting_release->released;
+  released.push_back(how.substr(0, model::kMaxReleaseClause));
   if (!nodes.empty()) return true;
+  std::string clauses;
+  for (const auto& clause : released) clauses += (clauses.empty() ? "" : "; ") + clause;
   job.status.awaiting_release.reset();
   const auto& latest = job.status.checkpoint;
   job.status.events.push_back(
       {model::JobEventType::kReleased, now,
-       fmt::format("{}; it starts again {}", how,
+       fmt::format("{}; it starts again {}", clauses,
                    latest ? fmt::format("from its {} checkpoint {} of {}", latest->kind, latest->digest,
                                         format_rfc3339(latest->taken_at))
                           : std::string("from the beginning"))});
@@ -48,10 +52,11 @@ bool release_from(model::Job& job, const std::string& node, Time now, const std:
 
 std::map<std::string, int64_t> releases_owed(const ObjectCache& c) {
   std::map<std::string, int64_t> owed;
-  c.jobs.for_each([&](const std::string&, const model::Job& job, int64_t) {
-    if (!awaits_release(job)) return;
-    for (const auto& node : job.status.awaiting_release->nodes) ++owed[node];
-  });
+  for (const auto& id : c.jobs_awaiting_release) {
+    auto job = c.jobs.get(id).object;
+    if (!job || !awaits_release(*job)) continue;
+    for (const auto& node : job->status.awaiting_release->nodes) ++owed[node];
+  }
   return owed;
 }
 
@@ -62,9 +67,10 @@ size_t release_stalled(store::Store& store, ObjectCache& cache, Time now, Durati
   };
   std::vector<Stalled> stalled;
   cache.read([&](const ObjectCache& c) {
-    c.jobs.for_each([&](const std::string& id, const model::Job& job, int64_t) {
-      if (!awaits_release(job)) return;
-      const auto& pending = *job.status.awaiting_release;
+    for (const auto& id : c.jobs_awaiting_release) {
+      auto job = c.jobs.get(id).object;
+      if (!job || !awaits_release(*job)) continue;
+      const auto& pending = *job->status.awaiting_release;
       const bool overdue = now - pending.since > timeout;
       Stalled entry{id, {}};
       for (const auto& name : pending.nodes) {
@@ -79,7 +85,7 @@ size_t release_stalled(store::Store& store, ObjectCache& cache, Time now, Durati
         }
       }
       if (!entry.nodes.empty()) stalled.push_back(std::move(entry));
-    });
+    }
     return 0;
   });
   size_t changed = 0;

@@ -30,8 +30,9 @@ bool awaits_release(const model::Job& job);
 std::string release_wait_reason(const model::PendingRelease& pending, Time now);
 
 // `node` no longer holds the job; `how` says so in a clause of its own ("node gpu-1 stopped it and
-// stored its checkpoint", "node gpu-1 was lost"). Once no node is left it may start again, and a
-// Released event says how and from where.
+// stored its checkpoint", "node gpu-1 was lost"), kept until the last node has released it. Once
+// no node is left it may start again, and a Released event says how each node let it go and from
+// where it starts.
 // Returns whether the job changed (false: it did not wait for `node`).
 bool release_from(model::Job& job, const std::string& node, Time now, const std::string& how);
 

@@ -2,16 +2,22 @@
 
 #include <spdlog/spdlog.h>
 
+#include "server/job_release.h"
+
 namespace cnlab::server {
 namespace {
 
 // Parses and decodes outside the lock (it is the costly part), then takes the lock only to swap
 // the object in; Table::apply keeps the newer revision if another thread got there first.
-template <typename T, typename Decode>
-bool apply_to(std::shared_mutex& mutex, Table<T>& table, const store::Record& record, bool removed, Decode decode) {
+// `applied(key, object or null)` runs under the lock for each object swapped in.
+template <typename T, typename Decode, typename Applied>
+bool apply_to(std::shared_mutex& mutex, Table<T>& table, const store::Record& record, bool removed, Decode decode,
+              Applied applied) {
   if (removed) {
     std::unique_lock lock(mutex);
-    return table.apply(record.key, nullptr, record.mod_revision);
+    if (!table.apply(record.key, nullptr, record.mod_revision)) return false;
+    applied(record.key, nullptr);
+    return true;
   }
   {
     std::shared_lock lock(mutex);
@@ -28,8 +34,16 @@ bool apply_to(std::shared_mutex& mutex, Table<T>& table, const store::Record& re
   }
   if constexpr (requires { object->meta.revision; }) object->meta.revision = record.mod_revision;
   auto shared = std::make_shared<const T>(std::move(*object));
+  const T* raw = shared.get();
   std::unique_lock lock(mutex);
-  return table.apply(record.key, std::move(shared), record.mod_revision);
+  if (!table.apply(record.key, std::move(shared), record.mod_revision)) return false;
+  applied(record.key, raw);
+  return true;
+}
+
+template <typename T, typename Decode>
+bool apply_to(std::shared_mutex& mutex, Table<T>& table, const store::Record& record, bool removed, Decode decode) {
+  return apply_to(mutex, table, record, removed, decode, [](const std::string&, const T*) {});
 }
 
 const std::string* const kWatched[] = {&kind::kJobs,       &kind::kNodes,     &kind::kProjects,
@@ -71,7 +85,10 @@ ObjectCache::~ObjectCache() { stop(); }
 bool ObjectCache::apply_record(const store::Record& r, bool removed) {
   const std::string& k = r.kind;
   std::shared_mutex& m = mutex_;
-  if (k == kind::kJobs) return apply_to(m, jobs, r, removed, model::job_from_json);
+  if (k == kind::kJobs) {
+    return apply_to(m, jobs, r, removed, model::job_from_json,
+                    [this](const std::string& key, const model::Job* job) { index_job(key, job); });
+  }
   if (k == kind::kNodes) return apply_to(m, nodes, r, removed, model::node_from_json);
   if (k == kind::kProjects) return apply_to(m, projects, r, removed, model::project_from_json);
   if (k == kind::kUsers) return apply_to(m, users, r, removed, model::user_from_json);
@@ -81,6 +98,14 @@ bool ObjectCache::apply_record(const store::Record& r, bool removed) {
   if (k == kind::kJoinTokens) return apply_to(m, join_tokens, r, removed, model::join_token_from_json);
   if (k == kind::kAllocations) return apply_to(m, allocations, r, removed, allocation_from_json);
   return false;
+}
+
+void ObjectCache::index_job(const std::string& key, const model::Job* job) {
+  if (job && awaits_release(*job)) {
+    jobs_awaiting_release.insert(key);
+  } else {
+    jobs_awaiting_release.erase(key);
+  }
 }
 
 void ObjectCache::notify(const std::string& kind, const std::string& key) {
@@ -102,7 +127,10 @@ void ObjectCache::apply_job(const std::string& key, model::Job job, int64_t revi
   {
     std::unique_lock lock(mutex_);
     job.meta.revision = revision;
-    applied = jobs.apply(key, std::make_shared<const model::Job>(std::move(job)), revision);
+    auto shared = std::make_shared<const model::Job>(std::move(job));
+    const model::Job* raw = shared.get();
+    applied = jobs.apply(key, std::move(shared), revision);
+    if (applied) index_job(key, raw);
   }
   if (applied) notify(kind::kJobs, key);
 }

@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <shared_mutex>
 #include <string>
 #include <vector>
@@ -121,11 +122,16 @@ class ObjectCache {
   Table<model::ApiToken> api_tokens;
   Table<model::JoinToken> join_tokens;
   Table<Allocation> allocations;
+  // The ids of the jobs Pending while their nodes still stop them (job_release.h's awaits_release),
+  // kept as jobs are applied: node reads (every agent's heartbeat) and the node-lifecycle pass look
+  // at these few, not at every job.
+  std::set<std::string> jobs_awaiting_release;
 
   int64_t watched_revision() const;
 
  private:
   bool apply_record(const store::Record& record, bool removed);  // takes the lock itself
+  void index_job(const std::string& key, const model::Job* job);  // under the unique lock
   void notify(const std::string& kind, const std::string& key);
   void on_events(const std::vector<store::Event>& events);
 

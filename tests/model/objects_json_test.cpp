@@ -103,7 +103,8 @@ Job finished_job() {
   job.status.waiting_reason = "waiting for 25 blocks of h100";
   job.status.cancel_requested = true;
   job.status.attempts = 2;
-  job.status.awaiting_release = PendingRelease{{"gpu-1", "gpu-2"}, at("2026-11-30T10:40:00Z")};
+  job.status.awaiting_release =
+      PendingRelease{{"gpu-1", "gpu-2"}, at("2026-11-30T10:40:00Z"), {"node gpu-3 stopped it and stored its checkpoint"}};
   Time t = at("2026-11-30T10:00:00Z");
   // Every type there is, the last one named here (a new type goes last, or this stops short of it).
   for (int i = 0; i <= static_cast<int>(JobEventType::kReleased); ++i) {
@@ -130,7 +131,9 @@ TEST(JobJson, RoundTripsEveryControlPlaneField) {
   EXPECT_FALSE(j["status"]["events"][0].contains("reason"));
   EXPECT_EQ(j["status"]["events"].back()["type"], "Released");
   EXPECT_EQ(j["status"]["awaiting_release"],
-            Json({{"nodes", {"gpu-1", "gpu-2"}}, {"since", "2026-11-30T10:40:00Z"}}));
+            Json({{"nodes", {"gpu-1", "gpu-2"}},
+                  {"since", "2026-11-30T10:40:00Z"},
+                  {"released", {"node gpu-3 stopped it and stored its checkpoint"}}}));
   EXPECT_EQ(j["status"]["exit_code"], 137);
   EXPECT_EQ(j["status"]["signal"], 9);
   EXPECT_EQ(j["status"]["finished_at"], "2026-11-30T11:00:00Z");
@@ -315,6 +318,13 @@ TEST(JobJson, AJobAwaitingItsReleaseNamesAtLeastOneNodeAndWhenItWasPreempted) {
   EXPECT_EQ(job_from_json(j).error().field, "status.awaiting_release.since");
   j["status"]["awaiting_release"] = {{"nodes", {"gpu-1"}}, {"since", "2026-11-30T10:40:00Z"}, {"by", "x"}};
   EXPECT_EQ(job_from_json(j).error().field, "status.awaiting_release.by");
+  j["status"]["awaiting_release"] = {{"nodes", {"gpu-1"}}, {"since", "2026-11-30T10:40:00Z"}, {"released", {"ok", 3}}};
+  EXPECT_EQ(job_from_json(j).error().field, "status.awaiting_release.released[1]");
+  j["status"]["awaiting_release"]["released"] = {std::string(kMaxReleaseClause + 1, 'x')};
+  auto long_clause = job_from_json(j);
+  ASSERT_FALSE(long_clause);
+  EXPECT_EQ(long_clause.error().field, "status.awaiting_release.released[0]");
+  EXPECT_THAT(long_clause.error().message, HasSubstr("at most 2048 bytes"));
 }
 
 TEST(JobPhaseNames, ScheduledIsAppendedSoExistingValuesKeepTheirOrder) {
