@@ -169,9 +169,14 @@ class AgentImpl final : public Agent {
   Result<int64_t> relist(ServerApi& api);
   void reconcile(const model::Job& job);
   void forget(const std::string& id);  // the job left this node (a watch DELETED)
-  // A job leaving this node (being dumped or stopped) that still holds a GPU `job` is bound to
-  // here; "" when none does. Under mutex_.
-  std::string leaving_holder(const model::Job& job) const;
+  // A job still leaving this node (pre-empted, being dumped or saving itself) that `job` must wait
+  // for before it starts: one holding a GPU index `job` is bound to, or any, when the node's host
+  // CPU or memory cannot hold `job` beside every run still here. Empty `job` when none. Under mutex_.
+  struct Holder {
+    std::string job;
+    std::string what;  // what it holds: "its GPUs", "host CPU and memory"
+  };
+  Holder leaving_holder(const model::Job& job) const;
   void reap();
   void reaper_loop();  // reaps finished runners (and starts their relaunches) as they finish
   bool pause(std::chrono::milliseconds duration) {
@@ -680,9 +685,9 @@ void AgentImpl::reconcile(const model::Job& job) {
   // Started beside the job it pre-empted, still holding the GPU while it is dumped, it could find
   // the GPU's memory taken: it waits for it to leave, as Kubernetes binds a pre-empting pod only
   // once its victims are gone.
-  if (std::string holder = leaving_holder(job); !holder.empty()) {
+  if (Holder holder = leaving_holder(job); !holder.job.empty()) {
     if (!held_back_.count(id)) {
-      spdlog::info("job bound, waits for its GPUs job=\"{}\" node=\"{}\" leaving=\"{}\"", id, name_, holder);
+      spdlog::info("job bound, waits for {} job=\"{}\" node=\"{}\" leaving=\"{}\"", holder.what, id, name_, holder.job);
     }
     held_back_[id] = job;
     return;
@@ -692,20 +697,31 @@ void AgentImpl::reconcile(const model::Job& job) {
   runners_[id] = JobRunner::launch(context_, job);
 }
 
-std::string AgentImpl::leaving_holder(const model::Job& job) const {
+AgentImpl::Holder AgentImpl::leaving_holder(const model::Job& job) const {
   std::set<int> wanted;
   for (const auto& binding : job.status.placement) {
     if (binding.node != name_) continue;
     for (const auto& g : binding.gpus) wanted.insert(g.index);
   }
-  if (wanted.empty()) return "";
+  // The scheduler counted the leaving runs' host resources free when it bound `job`.
+  model::HostShare used = model::host_share(job.spec, job.status.placement, name_);
+  std::string leaving;
   for (const auto& [other, runner] : runners_) {
-    if (other == job.meta.name || runner->finished() || !runner->leaving()) continue;
+    if (other == job.meta.name || runner->finished()) continue;
+    const model::HostShare share = runner->host_share();
+    used.cpu_milli += share.cpu_milli;
+    used.memory_mib += share.memory_mib;
+    if (!runner->leaving()) continue;
+    if (leaving.empty()) leaving = other;
     for (const auto& g : runner->binding().gpus) {
-      if (wanted.count(g.index)) return other;
+      if (wanted.count(g.index)) return {other, "its GPUs"};
     }
   }
-  return "";
+  const HostResources& host = report_input_.host;
+  if (!leaving.empty() && (used.cpu_milli > host.cpu_milli || used.memory_mib > host.memory_mib)) {
+    return {leaving, "host CPU and memory"};
+  }
+  return {};
 }
 
 void AgentImpl::forget(const std::string& id) {
@@ -753,11 +769,11 @@ void AgentImpl::reap() {
       }
     }
     for (auto it = held_back_.begin(); it != held_back_.end() && !stopped_;) {
-      if (runners_.count(it->first) || !leaving_holder(it->second).empty()) {
+      if (runners_.count(it->first) || !leaving_holder(it->second).job.empty()) {
         ++it;
         continue;
       }
-      spdlog::info("job bound job=\"{}\" node=\"{}\" (the job that held its GPUs has left)", it->first, name_);
+      spdlog::info("job bound job=\"{}\" node=\"{}\" (the jobs it waited for have left)", it->first, name_);
       runners_[it->first] = JobRunner::launch(context_, it->second);
       it = held_back_.erase(it);
     }

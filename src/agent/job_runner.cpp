@@ -184,6 +184,11 @@ model::NodeBinding JobRunner::binding() const {
   return {};
 }
 
+model::HostShare JobRunner::host_share() const {
+  std::lock_guard lock(mutex_);
+  return model::host_share(job_.spec, job_.status.placement, context_.node);
+}
+
 bool JobRunner::still_here() {
   auto job = api_.call("GET", "/v1/jobs/" + job_id_);
   if (!job) return job.error().code == ErrorCode::kUnavailable;  // cannot tell: keep trying
@@ -371,7 +376,8 @@ bool JobRunner::prepare_and_start() {
   if (job.spec.workspace) {
     const std::string& digest = job.spec.workspace->digest;
     auto fetch = [&](const std::string& temp) -> Status {
-      auto response = api_.raw("GET", "/v1/workspaces/" + digest);
+      // Naming the job lets the server check that one job, not every job it holds.
+      auto response = api_.raw("GET", "/v1/workspaces/" + digest + "?job=" + job_id_);
       if (!response) return response.error();
       if (response->status != 200) return net::error_from_response(response->status, response->body, "GET workspace");
       std::ofstream out(temp, std::ios::binary | std::ios::trunc);

@@ -140,6 +140,7 @@ class JobRunner {
 
   // For metrics: the binding on this node (empty until known) and whether the process runs.
   model::NodeBinding binding() const;
+  model::HostShare host_share() const;  // the host CPU and memory its job holds on this node
   std::string project() const;
   std::string priority_class() const;
   bool checkpointable() const;

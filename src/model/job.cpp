@@ -467,6 +467,23 @@ Status validate_working_dir(std::string_view working_dir) {
   return Status::ok();
 }
 
+HostShare host_share(const JobSpec& spec, const std::vector<NodeBinding>& placement, std::string_view node) {
+  size_t gpus_total = 0, here = 0, bindings_here = 0;
+  for (const auto& binding : placement) {
+    gpus_total += binding.gpus.size();
+    if (binding.node != node) continue;
+    here += binding.gpus.size();
+    ++bindings_here;
+  }
+  if (bindings_here == 0) return {};
+  const size_t share = gpus_total == 0 ? bindings_here : here;
+  const size_t of = gpus_total == 0 ? placement.size() : gpus_total;
+  auto part = [&](int64_t whole) {
+    return static_cast<int64_t>((static_cast<size_t>(std::max<int64_t>(whole, 0)) * share + of - 1) / of);
+  };
+  return {part(spec.cpu_milli), part(spec.memory_mib)};
+}
+
 bool bound_to(const Job& job, std::string_view node) {
   return std::any_of(job.status.placement.begin(), job.status.placement.end(),
                      [&](const NodeBinding& binding) { return binding.node == node; });

@@ -237,6 +237,14 @@ struct Job {
   bool operator==(const Job&) const = default;
 };
 
+// The host CPU and memory a job holds on `node`: its whole request on a single node; a gang's splits
+// over its nodes in proportion to their GPUs (evenly when it has none), rounded up.
+struct HostShare {
+  int64_t cpu_milli = 0;
+  int64_t memory_mib = 0;
+};
+HostShare host_share(const JobSpec& spec, const std::vector<NodeBinding>& placement, std::string_view node);
+
 // Whether a binding of the job's placement is on `node` (whatever its phase).
 bool bound_to(const Job& job, std::string_view node);
 // Whether `node` ran the job's latest started attempt (status.attempt_nodes): the nodes that may

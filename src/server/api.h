@@ -167,8 +167,9 @@ class Api {
   // The stored workspace named by its hex digest; kNotFound when there is none.
   Result<model::Workspace> stored_workspace(const std::string& hex);
   // Whether the caller may read `workspace`: a user who sees one of the projects it was uploaded
-  // to, or a node with a job bound to it that names the workspace.
-  bool may_read_workspace(const Caller& caller, const model::Workspace& workspace) const;
+  // to, or a node with a job bound to it that names the workspace. A node that names the job
+  // (`job`, from ?job=ID: agents do) has that job alone looked at, not every job in the cache.
+  bool may_read_workspace(const Caller& caller, const model::Workspace& workspace, const std::string& job = "") const;
   // Whether a job of `project` submitted by `caller` may run in `workspace`: it was uploaded to
   // that project, or the caller may read it anyway (and so could upload it there).
   bool may_use_workspace(const Caller& caller, const std::string& project, const model::Workspace& workspace) const;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <set>
 #include <tuple>
 #include <type_traits>
 
@@ -74,26 +75,23 @@ std::map<std::string, NodeRoom> free_room(const ObjectCache& cache) {
       it->second.gpus[static_cast<size_t>(g.index)].vram_mib -= g.vram_mib;
     }
   };
-  auto take = [&](const std::string& node, const model::JobSpec& spec, size_t share, size_t of) {
+  auto take = [&](const std::string& node, const model::HostShare& share) {
     auto it = room.find(node);
     if (it == room.end()) return;
-    // A gang's host resources split over its nodes in proportion to their GPUs, as placement does.
-    it->second.cpu_milli -= static_cast<int64_t>((static_cast<size_t>(spec.cpu_milli) * share + of - 1) / of);
-    it->second.memory_mib -= static_cast<int64_t>((static_cast<size_t>(spec.memory_mib) * share + of - 1) / of);
+    it->second.cpu_milli -= share.cpu_milli;
+    it->second.memory_mib -= share.memory_mib;
   };
   cache.jobs.for_each([&](const std::string&, const model::Job& job, int64_t) {
     const auto phase = job.status.phase;
     const auto& placement = job.status.placement;
     if ((phase != model::JobPhase::kRunning && phase != model::JobPhase::kScheduled) || placement.empty()) return;
-    size_t gpus_total = 0;
-    for (const auto& binding : placement) gpus_total += binding.gpus.size();
+    std::set<std::string> taken;  // a node bound twice takes its share once
     for (const auto& binding : placement) {
-      take(binding.node, job.spec, gpus_total == 0 ? 1 : binding.gpus.size(),
-           gpus_total == 0 ? placement.size() : gpus_total);
+      if (taken.insert(binding.node).second) take(binding.node, model::host_share(job.spec, placement, binding.node));
       take_gpus(binding.node, binding.gpus);
     }
     if (job.status.migration && placement.size() == 1 && job.status.migration->to != placement.front().node) {
-      take(job.status.migration->to, job.spec, 1, 1);
+      take(job.status.migration->to, {job.spec.cpu_milli, job.spec.memory_mib});
       take_gpus(job.status.migration->to, job.status.migration->gpus);
     }
   });

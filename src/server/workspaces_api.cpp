@@ -72,9 +72,13 @@ Result<model::Workspace> Api::stored_workspace(const std::string& hex) {
   return workspace;
 }
 
-bool Api::may_read_workspace(const Caller& caller, const model::Workspace& workspace) const {
+bool Api::may_read_workspace(const Caller& caller, const model::Workspace& workspace, const std::string& job) const {
   if (caller.is_node()) {
     return ctx_.cache.read([&](const ObjectCache& c) {
+      if (!job.empty()) {
+        auto named = c.jobs.get(job).object;
+        return named && names_workspace_on(*named, caller.node, workspace.digest);
+      }
       bool found = false;
       c.jobs.for_each([&](const std::string&, const model::Job& job, int64_t) {
         found = found || names_workspace_on(job, caller.node, workspace.digest);
@@ -193,7 +197,7 @@ net::Response Api::head_workspace(const Call& call) {
   if (!digest) return head_only(400);
   auto workspace = stored_workspace(model::workspace_name(*digest));
   if (!workspace) return head_only(workspace.error().code == ErrorCode::kNotFound ? 404 : http_status(workspace.error().code));
-  if (!may_read_workspace(call.caller, *workspace)) return head_only(404);
+  if (!may_read_workspace(call.caller, *workspace, call.request.query_value("job"))) return head_only(404);
   net::Response response = head_only(200);
   response.content_type = "application/octet-stream";
   return response;
@@ -205,7 +209,7 @@ net::Response Api::get_workspace(const Call& call) {
   std::string hex = model::workspace_name(*digest);
   auto workspace = stored_workspace(hex);
   if (!workspace && workspace.error().code != ErrorCode::kNotFound) return error_response(workspace.error());
-  if (!workspace || !may_read_workspace(call.caller, *workspace)) {
+  if (!workspace || !may_read_workspace(call.caller, *workspace, call.request.query_value("job"))) {
     return error_response(Error::not_found("digest", *digest, "no such workspace"));
   }
   auto file = blob_file(ctx_.dir.workspaces(), hex);

@@ -364,6 +364,41 @@ TEST_F(AgentTest, APreemptingJobStartsOnlyOnceTheJobItPreemptedHasLeftTheGpu) {
                                            victim + "\""));
 }
 
+TEST_F(AgentTest, ACpuOnlyPreemptorWaitsForTheHostCpuItsVictimStillHolds) {
+  // Two cores offered: the two jobs do not fit side by side on host CPU.
+  add_agent("gpu-1", "h100x2", {"--checkpoint-grace", "10s", "--cpu-milli", "2000"});
+  std::string victim = submit({"python3", "-c",
+                               "import os, signal, sys, time\n"
+                               "def save(*_):\n"
+                               "  time.sleep(2)\n"
+                               "  open(os.path.join(os.environ['CNLAB_CHECKPOINT_DIR'], 'saved'), 'w').write('x')\n"
+                               "  print('left at', time.time(), flush=True)\n"
+                               "  sys.exit(0)\n"
+                               "signal.signal(signal.SIGUSR1, save)\n"
+                               "if os.path.exists(os.path.join(os.environ['CNLAB_CHECKPOINT_DIR'], 'saved')):\n"
+                               "  sys.exit(0)\n"
+                               "print('running', flush=True)\n"
+                               "while True:\n"
+                               "  time.sleep(0.05)\n"},
+                              "h100x1", 256,
+                              {{"priority_class", "opportunistic"}, {"checkpointable", true}, {"cpu_milli", 1500}});
+  ASSERT_TRUE(eventually([&] { return !logs(victim).empty(); }, 20s));
+  // CPU-only: no GPU of the victim's is in its way, only the host CPU it still holds while it saves.
+  std::string urgent = submit({"python3", "-c", "import time; print('started at', time.time(), flush=True)"}, "none",
+                              256, {{"priority_class", "production"}, {"cpu_milli", 1500}});
+  EXPECT_EQ(wait_for_end(urgent)["status"]["phase"], "Succeeded");
+  EXPECT_EQ(wait_for_end(victim)["status"]["phase"], "Succeeded") << "resumed after it, and ended";
+  const auto victim_lines = texts(logs(victim));
+  const auto urgent_lines = texts(logs(urgent));
+  ASSERT_EQ(victim_lines.size(), 2u) << ::testing::PrintToString(victim_lines);
+  ASSERT_EQ(urgent_lines.size(), 1u) << ::testing::PrintToString(urgent_lines);
+  const double left = std::stod(victim_lines[1].substr(std::string("left at ").size()));
+  const double started = std::stod(urgent_lines[0].substr(std::string("started at ").size()));
+  EXPECT_GE(started, left) << "the pre-empting job started while the job it pre-empted still held the host's CPU";
+  EXPECT_THAT(agents_[0]->log(), HasSubstr("job bound, waits for host CPU and memory job=\"" + urgent +
+                                           "\" node=\"gpu-1\" leaving=\"" + victim + "\""));
+}
+
 TEST_F(AgentTest, TheAgentAppliesTheMigLayoutTheSchedulerDecided) {
   add_agent("gpu-1", "h100:mig");
   std::string id = submit({"sh", "-c", "echo in a MIG slice; sleep 3"}, "h100:3g.40gb");

@@ -327,6 +327,30 @@ TEST(JobJson, AJobAwaitingItsReleaseNamesAtLeastOneNodeAndWhenItWasPreempted) {
   EXPECT_THAT(long_clause.error().message, HasSubstr("at most 2048 bytes"));
 }
 
+TEST(JobHostShare, ASingleNodeJobHoldsItAllAndAGangSplitsItByGpusRoundedUp) {
+  JobSpec spec;
+  spec.cpu_milli = 10000;
+  spec.memory_mib = 1001;
+  auto gpus = [](int n) {
+    std::vector<GpuBinding> out;
+    for (int i = 0; i < n; ++i) out.push_back({i, 100, 0, -1});
+    return out;
+  };
+  auto share = [&](const std::vector<NodeBinding>& placement, const std::string& node) {
+    HostShare s = host_share(spec, placement, node);
+    return std::pair{s.cpu_milli, s.memory_mib};
+  };
+  EXPECT_EQ(share({{"a", gpus(1)}}, "a"), std::pair(int64_t{10000}, int64_t{1001}));
+  EXPECT_EQ(share({{"a", gpus(1)}}, "b"), std::pair(int64_t{0}, int64_t{0})) << "not bound there";
+  // 3 GPUs of 4 on a, 1 on b; rounded up, as the server counts a node's room.
+  EXPECT_EQ(share({{"a", gpus(3)}, {"b", gpus(1)}}, "a"), std::pair(int64_t{7500}, int64_t{751}));
+  EXPECT_EQ(share({{"a", gpus(3)}, {"b", gpus(1)}}, "b"), std::pair(int64_t{2500}, int64_t{251}));
+  // Without GPUs, evenly.
+  EXPECT_EQ(share({{"a", {}}, {"b", {}}, {"c", {}}}, "c"), std::pair(int64_t{3334}, int64_t{334}));
+  spec.cpu_milli = 0;
+  EXPECT_EQ(share({{"a", gpus(2)}}, "a").first, 0) << "nothing asked, nothing held";
+}
+
 TEST(JobPhaseNames, ScheduledIsAppendedSoExistingValuesKeepTheirOrder) {
   EXPECT_EQ(static_cast<int>(JobPhase::kPending), 0);
   EXPECT_EQ(static_cast<int>(JobPhase::kRunning), 1);

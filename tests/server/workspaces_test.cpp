@@ -194,6 +194,15 @@ TEST_F(WorkspacesTest, TheAgentOfTheJobsNodeFetchesItsWorkspaceAndOtherNodesDoNo
   ASSERT_EQ(fetched->status, 200);
   EXPECT_TRUE(fetched->body == bytes);
   EXPECT_EQ(status(*other, "GET", "/v1/workspaces/" + digest), 404);
+  // Naming the job (as agents do), the node gets it for its own job only.
+  auto named = mine->request("GET", "/v1/workspaces/" + digest + "?job=" + id);
+  ASSERT_EQ(named->status, 200);
+  EXPECT_TRUE(named->body == bytes);
+  EXPECT_EQ(status(*mine, "HEAD", "/v1/workspaces/" + digest + "?job=" + id), 200);
+  EXPECT_EQ(status(*other, "GET", "/v1/workspaces/" + digest + "?job=" + id), 404);  // not bound to gpu-2
+  EXPECT_EQ(status(*mine, "GET", "/v1/workspaces/" + digest + "?job=no-such-job"), 404);
+  std::string plain = call(*admin_, "POST", "/v1/jobs", 201, job_body("default", "h100-25"))["metadata"]["name"];
+  EXPECT_EQ(status(*mine, "GET", "/v1/workspaces/" + digest + "?job=" + plain), 404);  // names no workspace
   // Nodes do not upload.
   EXPECT_EQ(upload(*mine, digest_of("n"), "default", "n").status, 403);
 }
