@@ -329,74 +329,59 @@ TEST_F(AgentTest, APreemptedJobsCheckpointIsUploadedAndHandedBackWhenItResumesOn
   EXPECT_EQ(wait_for_end(urgent)["status"]["phase"], "Cancelled");  // its sleep ends before the agents stop
 }
 
-// The pre-empting job is bound to the GPU at once, but its agent starts it only once the job it
-// pre-empted has saved its state and left the GPU: both at once could run it out of memory.
-TEST_F(AgentTest, APreemptingJobStartsOnlyOnceTheJobItPreemptedHasLeftTheGpu) {
+// A pre-empting job is bound at once, but its agent starts it only once the job it pre-empted has
+// saved its state and left what the two cannot share: both at once could run the GPU out of memory,
+// or the host out of CPU and memory.
+class PreemptorWaitTest : public AgentTest {
+ protected:
+  // Submits a checkpointable opportunistic job whose save on SIGUSR1 takes 2 s (a GPU job copying
+  // its state out) and prints when it left; then `urgent_gpu` at production priority, which
+  // pre-empts it. Checks that the urgent job printed its start no earlier than the victim left, and
+  // that the agent logged the wait for `what`.
+  void expect_the_preemptor_waits(const std::string& victim_gpu, const std::string& urgent_gpu, int64_t cpu_milli,
+                                  const std::string& what) {
+    std::string victim = submit({"python3", "-c",
+                                 "import os, signal, sys, time\n"
+                                 "def save(*_):\n"
+                                 "  time.sleep(2)\n"
+                                 "  open(os.path.join(os.environ['CNLAB_CHECKPOINT_DIR'], 'saved'), 'w').write('x')\n"
+                                 "  print('left at', time.time(), flush=True)\n"
+                                 "  sys.exit(0)\n"
+                                 "signal.signal(signal.SIGUSR1, save)\n"
+                                 "if os.path.exists(os.path.join(os.environ['CNLAB_CHECKPOINT_DIR'], 'saved')):\n"
+                                 "  sys.exit(0)\n"
+                                 "print('running', flush=True)\n"
+                                 "while True:\n"
+                                 "  time.sleep(0.05)\n"},
+                                victim_gpu, 256,
+                                {{"priority_class", "opportunistic"}, {"checkpointable", true}, {"cpu_milli", cpu_milli}});
+    ASSERT_TRUE(eventually([&] { return !logs(victim).empty(); }, 20s));
+    std::string urgent = submit({"python3", "-c", "import time; print('started at', time.time(), flush=True)"},
+                                urgent_gpu, 256, {{"priority_class", "production"}, {"cpu_milli", cpu_milli}});
+    EXPECT_EQ(wait_for_end(urgent)["status"]["phase"], "Succeeded");
+    EXPECT_EQ(wait_for_end(victim)["status"]["phase"], "Succeeded") << "resumed after it, and ended";
+    const auto victim_lines = texts(logs(victim));
+    const auto urgent_lines = texts(logs(urgent));
+    ASSERT_EQ(victim_lines.size(), 2u) << ::testing::PrintToString(victim_lines);
+    ASSERT_EQ(urgent_lines.size(), 1u) << ::testing::PrintToString(urgent_lines);
+    const double left = std::stod(victim_lines[1].substr(std::string("left at ").size()));
+    const double started = std::stod(urgent_lines[0].substr(std::string("started at ").size()));
+    EXPECT_GE(started, left) << "the pre-empting job started while the job it pre-empted still held " << what;
+    EXPECT_THAT(agents_[0]->log(), HasSubstr("job bound, waits for " + what + " job=\"" + urgent +
+                                             "\" node=\"gpu-1\" leaving=\"" + victim + "\""));
+  }
+};
+
+TEST_F(PreemptorWaitTest, APreemptingJobStartsOnlyOnceTheJobItPreemptedHasLeftTheGpu) {
   add_agent("gpu-1", "h100", {"--checkpoint-grace", "10s"});
-  // Saving takes it 2 s (a GPU job copying its state out), then it says when it left.
-  std::string victim = submit({"python3", "-c",
-                               "import os, signal, sys, time\n"
-                               "def save(*_):\n"
-                               "  time.sleep(2)\n"
-                               "  open(os.path.join(os.environ['CNLAB_CHECKPOINT_DIR'], 'saved'), 'w').write('x')\n"
-                               "  print('left at', time.time(), flush=True)\n"
-                               "  sys.exit(0)\n"
-                               "signal.signal(signal.SIGUSR1, save)\n"
-                               "if os.path.exists(os.path.join(os.environ['CNLAB_CHECKPOINT_DIR'], 'saved')):\n"
-                               "  sys.exit(0)\n"
-                               "print('running', flush=True)\n"
-                               "while True:\n"
-                               "  time.sleep(0.05)\n"},
-                              "h100x1", 256, {{"priority_class", "opportunistic"}, {"checkpointable", true}});
-  ASSERT_TRUE(eventually([&] { return !logs(victim).empty(); }, 20s));
-  std::string urgent = submit({"python3", "-c", "import time; print('started at', time.time(), flush=True)"}, "h100x1",
-                              256, {{"priority_class", "production"}});
-  EXPECT_EQ(wait_for_end(urgent)["status"]["phase"], "Succeeded");
-  EXPECT_EQ(wait_for_end(victim)["status"]["phase"], "Succeeded") << "resumed after it, and ended";
-  const auto victim_lines = texts(logs(victim));
-  const auto urgent_lines = texts(logs(urgent));
-  ASSERT_EQ(victim_lines.size(), 2u) << ::testing::PrintToString(victim_lines);
-  ASSERT_EQ(urgent_lines.size(), 1u) << ::testing::PrintToString(urgent_lines);
-  const double left = std::stod(victim_lines[1].substr(std::string("left at ").size()));
-  const double started = std::stod(urgent_lines[0].substr(std::string("started at ").size()));
-  EXPECT_GE(started, left) << "the pre-empting job started while the job it pre-empted still held the GPU";
-  EXPECT_THAT(agents_[0]->log(), HasSubstr("job bound, waits for its GPUs job=\"" + urgent + "\" node=\"gpu-1\" leaving=\"" +
-                                           victim + "\""));
+  expect_the_preemptor_waits("h100x1", "h100x1", 1000, "its GPUs");
 }
 
-TEST_F(AgentTest, ACpuOnlyPreemptorWaitsForTheHostCpuItsVictimStillHolds) {
-  // Two cores offered: the two jobs do not fit side by side on host CPU.
+TEST_F(PreemptorWaitTest, ACpuOnlyPreemptorWaitsForTheHostCpuItsVictimStillHolds) {
+  // Two cores offered, 1.5 asked by each: the two do not fit side by side on host CPU. The urgent
+  // job asks no GPU, so none of the victim's is in its way: only the host CPU it holds while it saves.
   add_agent("gpu-1", "h100x2", {"--checkpoint-grace", "10s", "--cpu-milli", "2000"});
-  std::string victim = submit({"python3", "-c",
-                               "import os, signal, sys, time\n"
-                               "def save(*_):\n"
-                               "  time.sleep(2)\n"
-                               "  open(os.path.join(os.environ['CNLAB_CHECKPOINT_DIR'], 'saved'), 'w').write('x')\n"
-                               "  print('left at', time.time(), flush=True)\n"
-                               "  sys.exit(0)\n"
-                               "signal.signal(signal.SIGUSR1, save)\n"
-                               "if os.path.exists(os.path.join(os.environ['CNLAB_CHECKPOINT_DIR'], 'saved')):\n"
-                               "  sys.exit(0)\n"
-                               "print('running', flush=True)\n"
-                               "while True:\n"
-                               "  time.sleep(0.05)\n"},
-                              "h100x1", 256,
-                              {{"priority_class", "opportunistic"}, {"checkpointable", true}, {"cpu_milli", 1500}});
-  ASSERT_TRUE(eventually([&] { return !logs(victim).empty(); }, 20s));
-  // CPU-only: no GPU of the victim's is in its way, only the host CPU it still holds while it saves.
-  std::string urgent = submit({"python3", "-c", "import time; print('started at', time.time(), flush=True)"}, "none",
-                              256, {{"priority_class", "production"}, {"cpu_milli", 1500}});
-  EXPECT_EQ(wait_for_end(urgent)["status"]["phase"], "Succeeded");
-  EXPECT_EQ(wait_for_end(victim)["status"]["phase"], "Succeeded") << "resumed after it, and ended";
-  const auto victim_lines = texts(logs(victim));
-  const auto urgent_lines = texts(logs(urgent));
-  ASSERT_EQ(victim_lines.size(), 2u) << ::testing::PrintToString(victim_lines);
-  ASSERT_EQ(urgent_lines.size(), 1u) << ::testing::PrintToString(urgent_lines);
-  const double left = std::stod(victim_lines[1].substr(std::string("left at ").size()));
-  const double started = std::stod(urgent_lines[0].substr(std::string("started at ").size()));
-  EXPECT_GE(started, left) << "the pre-empting job started while the job it pre-empted still held the host's CPU";
-  EXPECT_THAT(agents_[0]->log(), HasSubstr("job bound, waits for host CPU and memory job=\"" + urgent +
-                                           "\" node=\"gpu-1\" leaving=\"" + victim + "\""));
+  expect_the_preemptor_waits("h100x1", "none", 1500, "host CPU and memory");
 }
 
 TEST_F(AgentTest, TheAgentAppliesTheMigLayoutTheSchedulerDecided) {
