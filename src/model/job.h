@@ -175,12 +175,13 @@ struct Migration {
   bool operator==(const Migration&) const = default;
 };
 
+inline constexpr size_t kMaxReleaseClause = 2048;  // one entry of PendingRelease::released
+
 // A checkpointable job pre-empted while it ran, whose nodes are still taking its checkpoint and
 // stopping it. It starts again only once each of them has released it (POST
 // /v1/jobs/{id}/release, after its checkpoint was stored or could not be), is lost, or has not
 // released it within the server's --release-timeout of `since`: so it never runs in two places at
 // once, and it resumes from the checkpoint taken as it stopped rather than an older one.
-inline constexpr size_t kMaxReleaseClause = 2048;  // one entry of PendingRelease::released
 // JSON {"nodes": ["gpu-1"], "since": "2026-11-30T10:01:00Z", "released": ["node gpu-2 stopped it
 // and stored its checkpoint"]}.
 struct PendingRelease {
