@@ -35,13 +35,13 @@ bool release_from(model::Job& job, const std::string& node, Time now, const std:
   if (it == nodes.end()) return false;
   nodes.erase(it);
   auto& released = job.status.awaiting_release->released;
-  std::string clause = how;  // never longer in practice: a node name and a message of at most 1000 bytes
-  if (clause.size() > model::kMaxReleaseClause) {
+  std::string said = how;  // never longer in practice: a node name and a message of at most 1000 bytes
+  if (said.size() > model::kMaxReleaseClause) {
     size_t cut = model::kMaxReleaseClause;
-    while (cut > 0 && (static_cast<unsigned char>(clause[cut]) & 0xC0) == 0x80) --cut;  // not inside a UTF-8 sequence
-    clause.resize(cut);
+    while (cut > 0 && (static_cast<unsigned char>(said[cut]) & 0xC0) == 0x80) --cut;  // not inside a UTF-8 sequence
+    said.resize(cut);
   }
-  released.push_back(std::move(clause));
+  released.push_back(std::move(said));
   if (!nodes.empty()) return true;
   std::string clauses;
   for (const auto& clause : released) clauses += (clauses.empty() ? "" : "; ") + clause;

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <optional>
-#include <set>
 #include <tuple>
 #include <type_traits>
 
@@ -85,10 +84,11 @@ std::map<std::string, NodeRoom> free_room(const ObjectCache& cache) {
     const auto phase = job.status.phase;
     const auto& placement = job.status.placement;
     if ((phase != model::JobPhase::kRunning && phase != model::JobPhase::kScheduled) || placement.empty()) return;
-    std::set<std::string> taken;  // a node bound twice takes its share once
-    for (const auto& binding : placement) {
-      if (taken.insert(binding.node).second) take(binding.node, model::host_share(job.spec, placement, binding.node));
-      take_gpus(binding.node, binding.gpus);
+    for (auto binding = placement.begin(); binding != placement.end(); ++binding) {
+      // host_share counts every binding on the node: taken at the node's first one only.
+      const bool first = std::none_of(placement.begin(), binding, [&](const auto& b) { return b.node == binding->node; });
+      if (first) take(binding->node, model::host_share(job.spec, placement, binding->node));
+      take_gpus(binding->node, binding->gpus);
     }
     if (job.status.migration && placement.size() == 1 && job.status.migration->to != placement.front().node) {
       take(job.status.migration->to, {job.spec.cpu_milli, job.spec.memory_mib});
