@@ -133,20 +133,22 @@ Result<Written> change_jobs(store::Store& store, server::ObjectCache& cache, siz
   return written;
 }
 
+template <typename F>
+double median_us(F&& f) {
+  std::vector<double> us;
+  for (int i = 0; i < 51; ++i) {
+    auto t = Clock::now();
+    f();
+    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t).count());
+  }
+  std::nth_element(us.begin(), us.begin() + 25, us.end());
+  return us[25];
+}
+
 // What every node read (each agent's heartbeat reads its node) adds for `releasing_jobs`: the
 // releases the node owes, from the cache's index of jobs awaiting one, beside the walk over every
 // job that the index replaces.
 void print_node_read_cost(const server::ObjectCache& cache) {
-  auto median_us = [](auto&& f) {
-    std::vector<double> us;
-    for (int i = 0; i < 51; ++i) {
-      auto t = Clock::now();
-      f();
-      us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t).count());
-    }
-    std::nth_element(us.begin(), us.begin() + 25, us.end());
-    return us[25];
-  };
   size_t owing_nodes = 0, walked_waiting = 0;
   const double indexed = median_us([&] {
     cache.read([&](const server::ObjectCache& c) { return owing_nodes = server::releases_owed(c).size(); });
@@ -165,6 +167,38 @@ void print_node_read_cost(const server::ObjectCache& cache) {
       "a node read's releases owed (median of 51): %.1f us from the index (%zu jobs awaiting a release, %zu nodes "
       "owing one); a walk over the %zu cached jobs, which the index replaces, %.0f us (finds %zu)\n",
       indexed, indexed_waiting, owing_nodes, jobs, walked, walked_waiting);
+}
+
+// What the once-a-second migration watch reads under the cache's lock (the moves under way, and the
+// running jobs whose periodic checkpoint may be due; idle reclaim and node drains read the same
+// jobs): from the cache's indexes, beside the walk over every job that they replace.
+void print_periodic_pass_cost(const server::ObjectCache& cache) {
+  size_t indexed_found = 0, walked_found = 0;
+  const double indexed = median_us([&] {
+    cache.read([&](const server::ObjectCache& c) {
+      indexed_found = c.jobs_migrating.size();
+      c.for_each_job_in(c.jobs_holding_gpus, [&](const std::string&, const model::Job& job) {
+        indexed_found += !job.status.migration && job.status.phase == model::JobPhase::kRunning;
+      });
+      return 0;
+    });
+  });
+  const double walked = median_us([&] {
+    cache.read([&](const server::ObjectCache& c) {
+      walked_found = 0;
+      c.jobs.for_each([&](const std::string&, const model::Job& job, int64_t) {
+        walked_found += job.status.migration || job.status.phase == model::JobPhase::kRunning;
+      });
+      return 0;
+    });
+  });
+  auto [jobs, holding] = cache.read([](const server::ObjectCache& c) {
+    return std::pair{c.jobs.size(), c.jobs_holding_gpus.size()};
+  });
+  std::printf(
+      "the migration watch's read (median of 51): %.1f us from the indexes (%zu jobs holding GPUs; %zu running or "
+      "moving); a walk over the %zu cached jobs, which the indexes replace, %.0f us (finds %zu)\n",
+      indexed, holding, indexed_found, jobs, walked, walked_found);
 }
 
 // The scheduler's view of the cache, built directly (what SchedulerLoop keeps incrementally).
@@ -378,6 +412,7 @@ int run_loop_bench(const LoopOptions& o) {
       "CAS conflicts %zu\n",
       med(&Cycle::upkeep) * 1e3, range(&Cycle::upkeep).c_str(), conflicts);
   print_node_read_cost(cache);
+  print_periodic_pass_cost(cache);
   std::fflush(stdout);
   cache.stop();
   store.close();

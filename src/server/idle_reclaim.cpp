@@ -30,7 +30,7 @@ std::vector<std::string> IdleReclaim::check_once() {
   };
   std::vector<Idle> idle;
   cache_.read([&](const ObjectCache& c) {
-    c.jobs.for_each([&](const std::string& id, const model::Job& job, int64_t) {
+    c.for_each_job_in(c.jobs_holding_gpus, [&](const std::string& id, const model::Job& job) {
       if (job.status.phase != model::JobPhase::kRunning || job.status.cancel_requested || !job.status.started_at) return;
       auto limit = limits_.find(job.spec.priority_class);
       if (limit == limits_.end()) return;

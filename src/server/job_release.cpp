@@ -58,11 +58,9 @@ bool release_from(model::Job& job, const std::string& node, Time now, const std:
 
 std::map<std::string, int64_t> releases_owed(const ObjectCache& c) {
   std::map<std::string, int64_t> owed;
-  for (const auto& id : c.jobs_awaiting_release) {
-    auto job = c.jobs.get(id).object;
-    if (!job || !awaits_release(*job)) continue;
-    for (const auto& node : job->status.awaiting_release->nodes) ++owed[node];
-  }
+  c.for_each_job_in(c.jobs_awaiting_release, [&](const std::string&, const model::Job& job) {
+    for (const auto& node : job.status.awaiting_release->nodes) ++owed[node];
+  });
   return owed;
 }
 
@@ -73,10 +71,8 @@ size_t release_stalled(store::Store& store, ObjectCache& cache, Time now, Durati
   };
   std::vector<Stalled> stalled;
   cache.read([&](const ObjectCache& c) {
-    for (const auto& id : c.jobs_awaiting_release) {
-      auto job = c.jobs.get(id).object;
-      if (!job || !awaits_release(*job)) continue;
-      const auto& pending = *job->status.awaiting_release;
+    c.for_each_job_in(c.jobs_awaiting_release, [&](const std::string& id, const model::Job& job) {
+      const auto& pending = *job.status.awaiting_release;
       const bool overdue = now - pending.since > timeout;
       Stalled entry{id, {}};
       for (const auto& name : pending.nodes) {
@@ -91,7 +87,7 @@ size_t release_stalled(store::Store& store, ObjectCache& cache, Time now, Durati
         }
       }
       if (!entry.nodes.empty()) stalled.push_back(std::move(entry));
-    }
+    });
     return 0;
   });
   size_t changed = 0;

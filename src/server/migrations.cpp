@@ -80,10 +80,9 @@ std::map<std::string, NodeRoom> free_room(const ObjectCache& cache) {
     it->second.cpu_milli -= share.cpu_milli;
     it->second.memory_mib -= share.memory_mib;
   };
-  cache.jobs.for_each([&](const std::string&, const model::Job& job, int64_t) {
-    const auto phase = job.status.phase;
+  cache.for_each_job_in(cache.jobs_holding_gpus, [&](const std::string&, const model::Job& job) {
     const auto& placement = job.status.placement;
-    if ((phase != model::JobPhase::kRunning && phase != model::JobPhase::kScheduled) || placement.empty()) return;
+    if (placement.empty()) return;
     for (auto binding = placement.begin(); binding != placement.end(); ++binding) {
       // host_share counts every binding on the node: taken at the node's first one only.
       const bool first = std::none_of(placement.begin(), binding, [&](const auto& b) { return b.node == binding->node; });
@@ -311,11 +310,10 @@ void MigrationWatch::check_once() {
   const Time now = clock_();
   std::vector<std::string> migrating, due;
   cache_.read([&](const ObjectCache& c) {
-    c.jobs.for_each([&](const std::string& id, const model::Job& job, int64_t) {
-      if (job.status.migration) {
-        migrating.push_back(id);
-        return;
-      }
+    for (const auto& [id, job] : c.jobs_migrating) migrating.push_back(id);
+    if (checkpoint_every_.empty()) return 0;
+    c.for_each_job_in(c.jobs_holding_gpus, [&](const std::string& id, const model::Job& job) {
+      if (job.status.migration) return;
       if (job.status.phase != model::JobPhase::kRunning || !job.spec.checkpointable || !job.status.started_at) return;
       auto every = checkpoint_every_.find(job.spec.priority_class);
       if (every == checkpoint_every_.end()) return;

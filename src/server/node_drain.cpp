@@ -42,7 +42,8 @@ std::vector<std::string> NodeDrain::check_once() {
       if (node.phase == model::NodePhase::kDraining) draining[name].requeues = node.drain_requeues;
     });
     if (draining.empty()) return 0;
-    c.jobs.for_each([&](const std::string& id, const model::Job& job, int64_t) {
+    // Only jobs that hold GPUs or are moving can stand in a drain's way.
+    auto visit = [&](const std::string& id, const model::Job& job) {
       if (job.status.placement.empty()) return;
       if (job.status.phase == model::JobPhase::kScheduled && !job.status.migration) {
         for (const auto& binding : job.status.placement) {
@@ -71,6 +72,10 @@ std::vector<std::string> NodeDrain::check_once() {
           it->second.staying.emplace_back(id, migration_refusal(job, nullptr));
         }
       }
+    };
+    c.for_each_job_in(c.jobs_holding_gpus, visit);
+    c.for_each_job_in(c.jobs_migrating, [&](const std::string& id, const model::Job& job) {
+      if (!holds_gpus(job.status.phase)) visit(id, job);
     });
     return 0;
   };

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "server/job_release.h"
+#include "server/job_writes.h"
 
 namespace cnlab::server {
 namespace {
@@ -34,16 +35,15 @@ bool apply_to(std::shared_mutex& mutex, Table<T>& table, const store::Record& re
   }
   if constexpr (requires { object->meta.revision; }) object->meta.revision = record.mod_revision;
   auto shared = std::make_shared<const T>(std::move(*object));
-  const T* raw = shared.get();
   std::unique_lock lock(mutex);
-  if (!table.apply(record.key, std::move(shared), record.mod_revision)) return false;
-  applied(record.key, raw);
+  if (!table.apply(record.key, shared, record.mod_revision)) return false;
+  applied(record.key, shared);
   return true;
 }
 
 template <typename T, typename Decode>
 bool apply_to(std::shared_mutex& mutex, Table<T>& table, const store::Record& record, bool removed, Decode decode) {
-  return apply_to(mutex, table, record, removed, decode, [](const std::string&, const T*) {});
+  return apply_to(mutex, table, record, removed, decode, [](const std::string&, const std::shared_ptr<const T>&) {});
 }
 
 const std::string* const kWatched[] = {&kind::kJobs,       &kind::kNodes,     &kind::kProjects,
@@ -87,7 +87,7 @@ bool ObjectCache::apply_record(const store::Record& r, bool removed) {
   std::shared_mutex& m = mutex_;
   if (k == kind::kJobs) {
     return apply_to(m, jobs, r, removed, model::job_from_json,
-                    [this](const std::string& key, const model::Job* job) { index_job(key, job); });
+                    [this](const std::string& key, const std::shared_ptr<const model::Job>& job) { index_job(key, job); });
   }
   if (k == kind::kNodes) return apply_to(m, nodes, r, removed, model::node_from_json);
   if (k == kind::kProjects) return apply_to(m, projects, r, removed, model::project_from_json);
@@ -100,12 +100,17 @@ bool ObjectCache::apply_record(const store::Record& r, bool removed) {
   return false;
 }
 
-void ObjectCache::index_job(const std::string& key, const model::Job* job) {
-  if (job && awaits_release(*job)) {
-    jobs_awaiting_release.insert(key);
-  } else {
-    jobs_awaiting_release.erase(key);
-  }
+void ObjectCache::index_job(const std::string& key, const std::shared_ptr<const model::Job>& job) {
+  auto keep = [&](JobsById& index, bool member) {
+    if (member) {
+      index.insert_or_assign(key, job);
+    } else {
+      index.erase(key);
+    }
+  };
+  keep(jobs_awaiting_release, job && awaits_release(*job));
+  keep(jobs_holding_gpus, job && holds_gpus(job->status.phase));
+  keep(jobs_migrating, job && job->status.migration.has_value());
 }
 
 void ObjectCache::notify(const std::string& kind, const std::string& key) {
@@ -128,9 +133,8 @@ void ObjectCache::apply_job(const std::string& key, model::Job job, int64_t revi
     std::unique_lock lock(mutex_);
     job.meta.revision = revision;
     auto shared = std::make_shared<const model::Job>(std::move(job));
-    const model::Job* raw = shared.get();
-    applied = jobs.apply(key, std::move(shared), revision);
-    if (applied) index_job(key, raw);
+    applied = jobs.apply(key, shared, revision);
+    if (applied) index_job(key, shared);
   }
   if (applied) notify(kind::kJobs, key);
 }

@@ -10,7 +10,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <set>
 #include <shared_mutex>
 #include <string>
 #include <vector>
@@ -122,16 +121,29 @@ class ObjectCache {
   Table<model::ApiToken> api_tokens;
   Table<model::JoinToken> join_tokens;
   Table<Allocation> allocations;
-  // The ids of the jobs Pending while their nodes still stop them (job_release.h's awaits_release),
-  // kept as jobs are applied: node reads (every agent's heartbeat) and the node-lifecycle pass look
-  // at these few, not at every job.
-  std::set<std::string> jobs_awaiting_release;
+  // Indexes of jobs, kept as jobs are applied (each entry is the job's cached record, by id), so
+  // that what runs often looks at the few jobs it concerns rather than at every job the server ever
+  // kept (finished ones are most of them):
+  using JobsById = std::map<std::string, std::shared_ptr<const model::Job>>;
+  // - Pending while their nodes still stop them (job_release.h's awaits_release): node reads (every
+  //   agent's heartbeat) and the node-lifecycle pass;
+  JobsById jobs_awaiting_release;
+  // - Scheduled or Running (job_writes.h's holds_gpus): the room left on nodes, periodic
+  //   checkpoints, idle reclaim and node drains;
+  JobsById jobs_holding_gpus;
+  // - with a migration in flight, whatever their phase: the migration watch and node drains.
+  JobsById jobs_migrating;
+  // Runs f(id, job) for the jobs of one of these indexes, in id order; under a read.
+  template <typename F>
+  static void for_each_job_in(const JobsById& index, F&& f) {
+    for (const auto& [id, job] : index) f(id, *job);
+  }
 
   int64_t watched_revision() const;
 
  private:
   bool apply_record(const store::Record& record, bool removed);  // takes the lock itself
-  void index_job(const std::string& key, const model::Job* job);  // under the unique lock
+  void index_job(const std::string& key, const std::shared_ptr<const model::Job>& job);  // under the unique lock
   void notify(const std::string& kind, const std::string& key);
   void on_events(const std::vector<store::Event>& events);
 

@@ -57,7 +57,11 @@ class JobReleaseIndexTest : public ::testing::Test {
     return cache.read([](const ObjectCache& c) { return releases_owed(c); });
   }
   std::set<std::string> indexed(const ObjectCache& cache) {
-    return cache.read([](const ObjectCache& c) { return c.jobs_awaiting_release; });
+    return cache.read([](const ObjectCache& c) {
+      std::set<std::string> ids;
+      for (const auto& [id, job] : c.jobs_awaiting_release) ids.insert(id);
+      return ids;
+    });
   }
 
   TempDir dir_;
