@@ -1,14 +1,17 @@
-// The object cache's indexes of jobs that hold GPUs (Scheduled or Running) and of jobs with a
-// migration in flight, which the periodic passes (migration watch, idle reclaim, node drains) and
-// the room left on nodes read instead of walking every job: each follows every write, a deletion
-// and a cache started on an existing store, and each pass still finds exactly the jobs it acts on,
-// not the finished ones beside them. In process, on a real SQLite store.
+// The object cache's indexes of jobs, which what runs often reads instead of walking every job:
+// - the jobs waiting for their nodes to release them (node reads, the node-lifecycle pass);
+// - the jobs holding GPUs (Scheduled or Running) and those with a migration in flight (the
+//   migration watch, idle reclaim, node drains, the room left on nodes).
+// Each follows every write, a deletion and a cache started on an existing store; each entry is the
+// job's current record; and each reader finds exactly the jobs it acts on, not the finished ones
+// beside them. In process, on a real SQLite store.
 #include <gtest/gtest.h>
 
 #include <set>
 #include <thread>
 
 #include "server/idle_reclaim.h"
+#include "server/job_release.h"
 #include "server/job_writes.h"
 #include "server/metrics.h"
 #include "server/migrations.h"
@@ -32,19 +35,31 @@ model::Node node(const std::string& name) {
   return n;
 }
 
-// A production job asking `cpu` millicores, in `phase`; bound to 20 blocks of GPU 0 of `on` unless
-// it is Pending.
-model::Job job(const std::string& id, model::JobPhase phase, const std::string& on, int64_t cpu) {
+model::Job job(const std::string& id) {
   model::Job j;
   j.meta.name = id;
   j.spec.project = "default";
   j.spec.user = "alice";
   j.spec.command = {"true"};
+  j.status.submitted_at = t0();
+  return j;
+}
+
+// A Pending job that waits for `nodes` to release it (none: it waits for nothing).
+model::Job waiting(const std::string& id, std::vector<std::string> nodes) {
+  model::Job j = job(id);
+  if (!nodes.empty()) j.status.awaiting_release = model::PendingRelease{std::move(nodes), t0()};
+  return j;
+}
+
+// A checkpointable production job asking `cpu` millicores, in `phase`; bound to 20 blocks of GPU 0
+// of `on` unless it is Pending.
+model::Job bound(const std::string& id, model::JobPhase phase, const std::string& on, int64_t cpu) {
+  model::Job j = job(id);
   j.spec.priority_class = "production";
   j.spec.checkpointable = true;
   j.spec.cpu_milli = cpu;
   j.status.phase = phase;
-  j.status.submitted_at = t0();
   if (phase != model::JobPhase::kPending) j.status.placement = {{on, {{.index = 0, .blocks = 20, .vram_mib = 1024}}}};
   if (phase == model::JobPhase::kRunning || is_terminal(phase)) {
     j.status.started_at = t0();
@@ -54,21 +69,16 @@ model::Job job(const std::string& id, model::JobPhase phase, const std::string& 
   return j;
 }
 
-class JobIndexesTest : public ::testing::Test {
+// A SQLite store holding nodes gpu-1 and gpu-2 and the jobs a test starts from.
+class StoreTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void create(const std::vector<model::Job>& jobs) {
     auto opened = store::open_sqlite_store({.path = dir_.path() + "/store.db"});
     ASSERT_TRUE(opened);
     store_ = std::move(*opened);
     std::vector<store::Op> ops;
     for (const char* name : {"gpu-1", "gpu-2"}) ops.push_back(store::Op::create(kind::kNodes, name, to_json(node(name)).dump()));
-    model::Job moving = job("m", model::JobPhase::kRunning, "gpu-2", 8000);
-    moving.status.migration = model::Migration{.to = "gpu-1", .requested_at = t0()};
-    for (const auto& j : {job("p", model::JobPhase::kPending, "", 500), job("s", model::JobPhase::kScheduled, "gpu-1", 1000),
-                          job("r", model::JobPhase::kRunning, "gpu-1", 2000), moving,
-                          job("done", model::JobPhase::kSucceeded, "gpu-1", 4000)}) {
-      ops.push_back(store::Op::create(kind::kJobs, j.meta.name, to_json(j).dump()));
-    }
+    for (const auto& j : jobs) ops.push_back(store::Op::create(kind::kJobs, j.meta.name, to_json(j).dump()));
     ASSERT_TRUE(store_->txn(std::move(ops)));
   }
 
@@ -83,11 +93,114 @@ class JobIndexesTest : public ::testing::Test {
       return out;
     });
   }
-  static std::set<std::string> holding(const ObjectCache& cache) { return ids(cache, &ObjectCache::jobs_holding_gpus); }
-  static std::set<std::string> migrating(const ObjectCache& cache) { return ids(cache, &ObjectCache::jobs_migrating); }
-  std::shared_ptr<const model::Job> get(const ObjectCache& cache, const std::string& id) {
+  static std::shared_ptr<const model::Job> get(const ObjectCache& cache, const std::string& id) {
     return cache.read([&](const ObjectCache& c) { return c.jobs.get(id).object; });
   }
+
+  TempDir dir_;
+  std::unique_ptr<store::Store> store_;
+};
+
+class JobReleaseIndexTest : public StoreTest {
+ protected:
+  void SetUp() override { create({waiting("a", {"gpu-1"}), waiting("b", {"gpu-1", "gpu-2"}), waiting("c", {})}); }
+
+  std::map<std::string, int64_t> owed(const ObjectCache& cache) {
+    return cache.read([](const ObjectCache& c) { return releases_owed(c); });
+  }
+  std::set<std::string> indexed(const ObjectCache& cache) { return ids(cache, &ObjectCache::jobs_awaiting_release); }
+};
+
+TEST_F(JobReleaseIndexTest, FollowsEveryWriteAndADeletionAndIsRebuiltByACacheStartedLater) {
+  ObjectCache cache(*store_);
+  ASSERT_TRUE(cache.start());
+  EXPECT_EQ(indexed(cache), (std::set<std::string>{"a", "b"}));
+  EXPECT_EQ(owed(cache), (std::map<std::string, int64_t>{{"gpu-1", 2}, {"gpu-2", 1}}));
+
+  // gpu-1 releases b: it still waits for gpu-2.
+  auto changed = update_job(*store_, &cache, "b", [](model::Job& j) -> Result<bool> {
+    return release_from(j, "gpu-1", t0() + std::chrono::seconds(3), "node gpu-1 stopped it");
+  }, std::nullopt);
+  ASSERT_TRUE(changed);
+  EXPECT_EQ(owed(cache), (std::map<std::string, int64_t>{{"gpu-1", 1}, {"gpu-2", 1}}));
+  // gpu-2 releases it too: b no longer waits, and is no longer indexed.
+  changed = update_job(*store_, &cache, "b", [](model::Job& j) -> Result<bool> {
+    return release_from(j, "gpu-2", t0() + std::chrono::seconds(4), "node gpu-2 stopped it");
+  }, std::nullopt);
+  ASSERT_TRUE(changed);
+  EXPECT_EQ(indexed(cache), (std::set<std::string>{"a"}));
+  EXPECT_EQ(owed(cache), (std::map<std::string, int64_t>{{"gpu-1", 1}}));
+  // Its Released event says how each node of the gang let it go, in order.
+  auto b = get(cache, "b");
+  ASSERT_TRUE(b);
+  ASSERT_FALSE(b->status.events.empty());
+  EXPECT_EQ(b->status.events.back().type, model::JobEventType::kReleased);
+  EXPECT_EQ(b->status.events.back().reason,
+            "node gpu-1 stopped it; node gpu-2 stopped it; it starts again from the beginning");
+
+  // c starts waiting (pre-empted off gpu-2); a waits no more because it was cancelled (terminal).
+  changed = update_job(*store_, &cache, "c", [](model::Job& j) -> Result<bool> {
+    j.status.awaiting_release = model::PendingRelease{{"gpu-2"}, t0()};
+    return true;
+  }, std::nullopt);
+  ASSERT_TRUE(changed);
+  changed = update_job(*store_, &cache, "a", [](model::Job& j) -> Result<bool> {
+    j.status.phase = model::JobPhase::kCancelled;
+    j.status.finished_at = t0();
+    return true;
+  }, std::nullopt);
+  ASSERT_TRUE(changed);
+  EXPECT_EQ(indexed(cache), (std::set<std::string>{"c"}));
+  EXPECT_EQ(owed(cache), (std::map<std::string, int64_t>{{"gpu-2", 1}}));
+
+  // A cache started later on the same store lists the same; a deleted job leaves both.
+  ObjectCache later(*store_);
+  ASSERT_TRUE(later.start());
+  EXPECT_EQ(indexed(later), (std::set<std::string>{"c"}));
+  auto removed = store_->txn({store::Op::remove(kind::kJobs, "c", 0)});
+  ASSERT_TRUE(removed);
+  cache.apply_removed(kind::kJobs, "c", removed->revision);
+  EXPECT_TRUE(indexed(cache).empty());
+  EXPECT_TRUE(owed(cache).empty());
+  for (int i = 0; i < 200 && !indexed(later).empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(indexed(later).empty()) << "the watch of the later cache did not drop the deleted job";
+}
+
+TEST_F(JobReleaseIndexTest, AStalledReleaseIsFoundThroughTheIndexAndLeavesIt) {
+  ObjectCache cache(*store_);
+  ASSERT_TRUE(cache.start());
+  // gpu-2 is deleted: b is let go by it and still waits for gpu-1; nothing is overdue yet.
+  auto removed = store_->txn({store::Op::remove(kind::kNodes, "gpu-2", 0)});
+  ASSERT_TRUE(removed);
+  cache.apply_removed(kind::kNodes, "gpu-2", removed->revision);
+  const Duration timeout = std::chrono::minutes(5);
+  EXPECT_EQ(release_stalled(*store_, cache, t0() + std::chrono::seconds(10), timeout), 1u);
+  EXPECT_EQ(owed(cache), (std::map<std::string, int64_t>{{"gpu-1", 2}}));
+  // Past the timeout gpu-1 is let go of both: the index is empty, the jobs say why.
+  EXPECT_EQ(release_stalled(*store_, cache, t0() + timeout + std::chrono::seconds(1), timeout), 2u);
+  EXPECT_TRUE(indexed(cache).empty());
+  auto b = get(cache, "b");
+  ASSERT_TRUE(b);
+  EXPECT_FALSE(b->status.awaiting_release);
+  ASSERT_FALSE(b->status.events.empty());
+  EXPECT_EQ(b->status.events.back().type, model::JobEventType::kReleased);
+  EXPECT_NE(b->status.events.back().reason.find("did not release it within 5m"), std::string::npos)
+      << b->status.events.back().reason;
+  EXPECT_EQ(release_stalled(*store_, cache, t0() + timeout + std::chrono::seconds(2), timeout), 0u);
+}
+
+class JobIndexesTest : public StoreTest {
+ protected:
+  void SetUp() override {
+    model::Job moving = bound("m", model::JobPhase::kRunning, "gpu-2", 8000);
+    moving.status.migration = model::Migration{.to = "gpu-1", .requested_at = t0()};
+    create({bound("p", model::JobPhase::kPending, "", 500), bound("s", model::JobPhase::kScheduled, "gpu-1", 1000),
+            bound("r", model::JobPhase::kRunning, "gpu-1", 2000), moving,
+            bound("done", model::JobPhase::kSucceeded, "gpu-1", 4000)});
+  }
+
+  static std::set<std::string> holding(const ObjectCache& cache) { return ids(cache, &ObjectCache::jobs_holding_gpus); }
+  static std::set<std::string> migrating(const ObjectCache& cache) { return ids(cache, &ObjectCache::jobs_migrating); }
   void change(ObjectCache& cache, const std::string& id, std::function<void(model::Job&)> edit) {
     auto changed = update_job(*store_, &cache, id, [&](model::Job& j) -> Result<bool> {
       edit(j);
@@ -95,9 +208,6 @@ class JobIndexesTest : public ::testing::Test {
     }, std::nullopt);
     ASSERT_TRUE(changed) << changed.error().to_string();
   }
-
-  TempDir dir_;
-  std::unique_ptr<store::Store> store_;
 };
 
 TEST_F(JobIndexesTest, FollowEveryWriteAndADeletionAndAreRebuiltByACacheStartedLater) {
