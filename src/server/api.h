@@ -117,6 +117,10 @@ class Api {
   net::Response post_logs(const Call& call);
   // The job as served: the scheduler's current waiting reason filled in.
   Json job_json(const model::Job& job) const;
+  // The full view of the jobs bound to `node` that `selector` and `visible` keep, from the cache's
+  // index by node (a node lists its jobs whole, so no paging), with the revision to watch from.
+  Json node_jobs(const std::string& node, const store::Selector& selector,
+                 const std::function<bool(const Json&)>& visible) const;
   // Finds a job the caller may see; another project's job is "not found". With `incoming`, a node
   // also sees a job moving to it (its peer endpoint checks that a dump sent to it was asked for).
   Result<Cached<model::Job>> visible_job(const Call& call, const std::string& id, bool incoming = false);

@@ -156,10 +156,8 @@ net::Response Api::list_job_summaries(const Call& call, const std::string& proje
   std::string body = "{\"items\":[";
   size_t count = 0;
   ctx_.cache.read([&](const ObjectCache& c) {
-    body.reserve(body.size() + c.jobs.size() * 240);
     const std::string* seen_project = nullptr;  // the last project `sees` answered yes for
-    c.jobs.for_each([&](const std::string&, const model::Job& job, int64_t) {
-      if (!node.empty() && !model::bound_to(job, node)) return;
+    auto summarise = [&](const std::string&, const model::Job& job) {
       if (!caller.is_node() && !(seen_project && *seen_project == job.spec.project)) {
         if (!caller.sees(job.spec.project)) return;
         seen_project = &job.spec.project;
@@ -169,13 +167,37 @@ net::Response Api::list_job_summaries(const Call& call, const std::string& proje
       JobWaiting waiting;
       if (job.status.phase == model::JobPhase::kPending) waiting = ctx_.waiting(job.meta.name);
       append_summary(body, job, &waiting);
-    });
+    };
+    if (!node.empty()) {
+      if (auto on = c.jobs_by_node.find(node); on != c.jobs_by_node.end()) c.for_each_job_in(on->second, summarise);
+      return 0;
+    }
+    body.reserve(body.size() + c.jobs.size() * 240);
+    c.jobs.for_each([&](const std::string& id, const model::Job& job, int64_t) { summarise(id, job); });
     return 0;
   });
   body += fmt::format("],\"revision\":{}}}\n", revision);
   net::Response response;
   response.body = std::move(body);
   return response;
+}
+
+Json Api::node_jobs(const std::string& node, const store::Selector& selector,
+                   const std::function<bool(const Json&)>& visible) const {
+  // Read before the cache, as for summaries: a watch from this revision may replay a change the
+  // list already shows, never miss one.
+  int64_t revision = ctx_.cache.watched_revision();
+  Json items = Json::array();
+  ctx_.cache.read([&](const ObjectCache& c) {
+    auto on = c.jobs_by_node.find(node);
+    if (on == c.jobs_by_node.end()) return 0;
+    c.for_each_job_in(on->second, [&](const std::string&, const model::Job& job) {
+      Json served = job_json(job);
+      if (selector.matches(served) && visible(served)) items.push_back(std::move(served));
+    });
+    return 0;
+  });
+  return {{"items", std::move(items)}, {"revision", revision}};
 }
 
 Json Api::job_json(const model::Job& job) const {
@@ -417,15 +439,18 @@ net::Response Api::list_jobs(const Call& call) {
     std::vector<std::string> now_on_node;
     if (!node.empty()) {
       ctx_.cache.read([&](const ObjectCache& c) {
-        c.jobs.for_each([&](const std::string& id, const model::Job& job, int64_t) {
-          if (model::bound_to(job, node)) now_on_node.push_back(id);
-        });
+        if (auto on = c.jobs_by_node.find(node); on != c.jobs_by_node.end()) {
+          for (const auto& [id, job] : on->second) now_on_node.push_back(id);
+        }
         return 0;
       });
     }
     // A node's agent must hear when a job leaves it (pre-empted, requeued off a lost node).
     return watch(call, kind::kJobs, [sel, visible](const Json& job) { return sel.matches(job) && visible(job); },
                  node, !node.empty(), std::move(now_on_node));
+  }
+  if (!node.empty() && req.query_value("limit").empty() && req.query_value("continue").empty()) {
+    return json_response(200, node_jobs(node, *selector, visible));
   }
   store::ListOptions options;
   options.selector = *selector;

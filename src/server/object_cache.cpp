@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "server/job_release.h"
 #include "server/job_writes.h"
 
@@ -111,6 +113,23 @@ void ObjectCache::index_job(const std::string& key, const std::shared_ptr<const 
   keep(jobs_awaiting_release, job && awaits_release(*job));
   keep(jobs_holding_gpus, job && holds_gpus(job->status.phase));
   keep(jobs_migrating, job && job->status.migration.has_value());
+
+  std::vector<std::string>& was = nodes_of_job_[key];
+  for (const auto& node : was) {
+    auto on = jobs_by_node.find(node);
+    if (on == jobs_by_node.end()) continue;
+    on->second.erase(key);
+    if (on->second.empty()) jobs_by_node.erase(on);
+  }
+  was.clear();
+  if (job) {
+    for (const auto& binding : job->status.placement) {
+      if (std::find(was.begin(), was.end(), binding.node) != was.end()) continue;  // a gang's second binding there
+      jobs_by_node[binding.node].insert_or_assign(key, job);
+      was.push_back(binding.node);
+    }
+  }
+  if (was.empty()) nodes_of_job_.erase(key);
 }
 
 void ObjectCache::notify(const std::string& kind, const std::string& key) {

@@ -133,6 +133,9 @@ class ObjectCache {
   JobsById jobs_holding_gpus;
   // - with a migration in flight, whatever their phase: the migration watch and node drains.
   JobsById jobs_migrating;
+  // - by node, the jobs whose placement names it (model::bound_to), finished ones included: the
+  //   lists and watches of a node's jobs (each agent's, whenever it connects).
+  std::map<std::string, JobsById> jobs_by_node;
   // Runs f(id, job) for the jobs of one of these indexes, in id order; under a read.
   template <typename F>
   static void for_each_job_in(const JobsById& index, F&& f) {
@@ -152,6 +155,7 @@ class ObjectCache {
   std::vector<std::function<void(const Change&)>> listeners_;
   std::unique_ptr<store::Store::WatchHandle> watches_[9];
   std::atomic<int64_t> watched_revision_{0};
+  std::map<std::string, std::vector<std::string>> nodes_of_job_;  // where jobs_by_node holds each job
 };
 
 }  // namespace cnlab::server

@@ -1,7 +1,8 @@
 // The object cache's indexes of jobs, which what runs often reads instead of walking every job:
 // - the jobs waiting for their nodes to release them (node reads, the node-lifecycle pass);
 // - the jobs holding GPUs (Scheduled or Running) and those with a migration in flight (the
-//   migration watch, idle reclaim, node drains, the room left on nodes).
+//   migration watch, idle reclaim, node drains, the room left on nodes);
+// - the jobs bound to each node, finished ones included (a node's list and watch of its jobs).
 // Each follows every write, a deletion and a cache started on an existing store; each entry is the
 // job's current record; and each reader finds exactly the jobs it acts on, not the finished ones
 // beside them. In process, on a real SQLite store.
@@ -201,6 +202,21 @@ class JobIndexesTest : public StoreTest {
 
   static std::set<std::string> holding(const ObjectCache& cache) { return ids(cache, &ObjectCache::jobs_holding_gpus); }
   static std::set<std::string> migrating(const ObjectCache& cache) { return ids(cache, &ObjectCache::jobs_migrating); }
+  // The ids indexed under `node`, checked like ids().
+  static std::set<std::string> on(const ObjectCache& cache, const std::string& node) {
+    return cache.read([&](const ObjectCache& c) {
+      std::set<std::string> out;
+      auto jobs = c.jobs_by_node.find(node);
+      if (jobs == c.jobs_by_node.end()) return out;
+      EXPECT_FALSE(jobs->second.empty()) << node << " is kept with no job";
+      for (const auto& [id, job] : jobs->second) {
+        EXPECT_EQ(job, c.jobs.get(id).object) << id << " is indexed with a record the cache no longer holds";
+        EXPECT_TRUE(model::bound_to(*job, node)) << id << " is indexed under " << node;
+        out.insert(id);
+      }
+      return out;
+    });
+  }
   void change(ObjectCache& cache, const std::string& id, std::function<void(model::Job&)> edit) {
     auto changed = update_job(*store_, &cache, id, [&](model::Job& j) -> Result<bool> {
       edit(j);
@@ -215,6 +231,8 @@ TEST_F(JobIndexesTest, FollowEveryWriteAndADeletionAndAreRebuiltByACacheStartedL
   ASSERT_TRUE(cache.start());
   EXPECT_EQ(holding(cache), (std::set<std::string>{"m", "r", "s"}));
   EXPECT_EQ(migrating(cache), (std::set<std::string>{"m"}));
+  EXPECT_EQ(on(cache, "gpu-1"), (std::set<std::string>{"done", "r", "s"}));  // a finished job stays listed there
+  EXPECT_EQ(on(cache, "gpu-2"), (std::set<std::string>{"m"}));
 
   change(cache, "p", [](model::Job& j) {  // bound: it holds GPUs from now on
     j.status.phase = model::JobPhase::kScheduled;
@@ -231,25 +249,41 @@ TEST_F(JobIndexesTest, FollowEveryWriteAndADeletionAndAreRebuiltByACacheStartedL
   change(cache, "m", [](model::Job& j) { j.status.migration.reset(); });  // moved: still holds GPUs
   EXPECT_EQ(holding(cache), (std::set<std::string>{"m", "p", "s"}));
   EXPECT_TRUE(migrating(cache).empty());
+  EXPECT_EQ(on(cache, "gpu-1"), (std::set<std::string>{"done", "r", "s"}));
+  EXPECT_EQ(on(cache, "gpu-2"), (std::set<std::string>{"m", "p"}));
 
   change(cache, "m", [](model::Job& j) { preempt(j, t0() + 3min, "pre-empted"); });  // Pending again
   change(cache, "s", [](model::Job& j) { j.status.migration = model::Migration{.to = "gpu-2", .requested_at = t0()}; });
   EXPECT_EQ(holding(cache), (std::set<std::string>{"p", "s"}));
   EXPECT_EQ(migrating(cache), (std::set<std::string>{"s"}));
+  EXPECT_EQ(on(cache, "gpu-2"), (std::set<std::string>{"p"}));  // m's placement was cleared
+  // A gang bound twice to gpu-2 and once to gpu-1 is listed once under each; moved wholly to gpu-1,
+  // it leaves gpu-2, which is then kept only for p.
+  change(cache, "p", [](model::Job& j) {
+    j.status.placement = {{"gpu-2", {}}, {"gpu-1", {}}, {"gpu-2", {}}};
+  });
+  EXPECT_EQ(on(cache, "gpu-1"), (std::set<std::string>{"done", "p", "r", "s"}));
+  EXPECT_EQ(on(cache, "gpu-2"), (std::set<std::string>{"p"}));
+  change(cache, "p", [](model::Job& j) { j.status.placement = {{"gpu-1", {}}}; });
+  EXPECT_TRUE(on(cache, "gpu-2").empty());
+  EXPECT_EQ(cache.read([](const ObjectCache& c) { return c.jobs_by_node.count("gpu-2"); }), 0u);
 
   // A cache started later on the same store lists the same; a deleted job leaves every index.
   ObjectCache later(*store_);
   ASSERT_TRUE(later.start());
   EXPECT_EQ(holding(later), (std::set<std::string>{"p", "s"}));
   EXPECT_EQ(migrating(later), (std::set<std::string>{"s"}));
+  EXPECT_EQ(on(later, "gpu-1"), (std::set<std::string>{"done", "p", "r", "s"}));
   auto removed = store_->txn({store::Op::remove(kind::kJobs, "s", 0)});
   ASSERT_TRUE(removed);
   cache.apply_removed(kind::kJobs, "s", removed->revision);
   EXPECT_EQ(holding(cache), (std::set<std::string>{"p"}));
   EXPECT_TRUE(migrating(cache).empty());
+  EXPECT_EQ(on(cache, "gpu-1"), (std::set<std::string>{"done", "p", "r"}));
   for (int i = 0; i < 200 && !migrating(later).empty(); ++i) std::this_thread::sleep_for(10ms);
   EXPECT_TRUE(migrating(later).empty()) << "the watch of the later cache did not drop the deleted job";
   EXPECT_EQ(holding(later), (std::set<std::string>{"p"}));
+  EXPECT_EQ(on(later, "gpu-1"), (std::set<std::string>{"done", "p", "r"}));
 }
 
 TEST_F(JobIndexesTest, TheRoomLeftOnNodesCountsTheJobsHoldingGpusAndTheMovesUnderWay) {

@@ -40,6 +40,57 @@ TEST_F(JobsTest, ASubmittedJobIsBoundToAFreeGpuAndRunsToTheEndTheAgentReports) {
   EXPECT_THAT(events, ::testing::ElementsAre("Queued", "Scheduled", "Started", "Finished"));
 }
 
+// A node's list of its jobs (each agent's, whenever it connects) comes whole from the server's cache:
+// the jobs bound there, finished ones included, in the full view, with the revision to watch from;
+// a user asking for a node's jobs sees only their own projects'; paged, it reads the same.
+TEST_F(JobsTest, ANodesJobListHoldsTheJobsBoundThereAndOnlyWhatTheCallerMaySee) {
+  std::string credential = register_node("gpu-1", "h100", 1);
+  std::string other = register_node("gpu-2", "h200", 1);
+  create_project("vision");
+  create_project("nlp");
+  auto alice = server_->client(token_for("alice", "vision", "member"));
+  std::string a = call(*alice, "POST", "/v1/jobs", 201, job_body("vision", "h100-50"))["metadata"]["name"];
+  std::string b = call(*admin_, "POST", "/v1/jobs", 201, job_body("nlp", "h100-50"))["metadata"]["name"];
+  ASSERT_TRUE(wait_for_phase(*admin_, a, "Scheduled"));
+  ASSERT_TRUE(wait_for_phase(*admin_, b, "Scheduled"));
+  std::string waits = call(*admin_, "POST", "/v1/jobs", 201, job_body("nlp", "h100-100"))["metadata"]["name"];
+  auto agent = server_->client(credential);
+  call(*agent, "PUT", "/v1/jobs/" + a + "/status", 200, {{"phase", "Running"}});
+  call(*agent, "PUT", "/v1/jobs/" + a + "/status", 200, {{"phase", "Succeeded"}, {"exit_code", 0}});
+
+  auto ids = [](const Json& listed) {
+    std::set<std::string> out;
+    for (const auto& job : listed["items"]) out.insert(job["metadata"]["name"].get<std::string>());
+    return out;
+  };
+  Json mine = call(*agent, "GET", "/v1/jobs", 200);
+  EXPECT_EQ(ids(mine), (std::set<std::string>{a, b})) << mine.dump();  // not the one still waiting
+  EXPECT_GT(mine["revision"].get<int64_t>(), 0);
+  for (const auto& job : mine["items"]) {
+    EXPECT_GT(job["metadata"]["revision"].get<int64_t>(), 0) << job.dump();
+    EXPECT_EQ(job["status"]["placement"][0]["node"], "gpu-1");
+    EXPECT_TRUE(job["spec"].contains("command")) << "a node gets the full view";
+  }
+  EXPECT_TRUE(call(*server_->client(other), "GET", "/v1/jobs", 200)["items"].empty());
+  EXPECT_EQ(server_->client(other)->request("GET", "/v1/jobs?node=gpu-1")->status, 403);
+
+  EXPECT_EQ(ids(call(*alice, "GET", "/v1/jobs?node=gpu-1", 200)), (std::set<std::string>{a}));
+  EXPECT_EQ(ids(call(*admin_, "GET", "/v1/jobs?node=gpu-1&phase=Scheduled", 200)), (std::set<std::string>{b}));
+  EXPECT_EQ(ids(call(*admin_, "GET", "/v1/jobs?node=gpu-1&fieldSelector=spec.project%3Dvision", 200)),
+            (std::set<std::string>{a}));
+  EXPECT_TRUE(call(*admin_, "GET", "/v1/jobs?node=gpu-9", 200)["items"].empty());
+  // Paged, the same list is read from the store a page at a time.
+  std::set<std::string> paged;
+  std::string token;
+  do {
+    Json page = call(*admin_, "GET", "/v1/jobs?node=gpu-1&limit=1" + (token.empty() ? "" : "&continue=" + token), 200);
+    for (const auto& id : ids(page)) paged.insert(id);
+    token = page.value("continue", "");
+  } while (!token.empty());
+  EXPECT_EQ(paged, (std::set<std::string>{a, b}));
+  EXPECT_EQ(get_job(*admin_, waits)["status"]["phase"], "Pending");  // bound nowhere, listed nowhere
+}
+
 TEST_F(JobsTest, TheSameIdempotencyKeyReturnsTheSameJobAndADifferentBodyIsRefused) {
   register_node("gpu-1", "h100", 8);
   std::map<std::string, std::string> key = {{"Idempotency-Key", "submit-1"}};
