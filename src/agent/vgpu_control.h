@@ -25,7 +25,8 @@ namespace cnlab::agent {
 class VgpuControl {
  public:
   struct Options {
-    std::chrono::milliseconds compute_period{100};
+    // A second: NVML samples a GPU's processes too sparsely for less (vgpu/share_control.cpp).
+    std::chrono::milliseconds compute_period{1000};
     std::chrono::milliseconds memory_period{1000};
     // Activity is reported at most this often per job (the server's idle limits are minutes).
     std::chrono::seconds activity_report_every{30};

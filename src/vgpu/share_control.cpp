@@ -14,7 +14,13 @@
 namespace cnlab::vgpu {
 namespace {
 
-constexpr uint64_t kPeriodNs = 100'000'000;
+// The control period. NVML samples a GPU's processes sparsely (on an H200 with driver 580, a
+// busy process went without a sample for up to 0.8 s while another was sampled), so a shorter
+// period often sees no sample, or only one tenant's, and takes the GPU for idle or for one
+// tenant's alone. A second holds several samples of each of a few busy processes.
+constexpr uint64_t kPeriodNs = 1'000'000'000;
+// The thread wakes this often, so that a process's exit never waits a whole period for it.
+constexpr uint64_t kTickNs = 100'000'000;
 constexpr int kMaxSamples = 1024;
 
 struct Nvml {
@@ -43,7 +49,7 @@ struct Controller {
   Nvml nvml;
   Known known[kMaxTenants];
   Last mine[kMaxGpus] = {};
-  unsigned long long last_seen_us[kMaxGpus] = {};
+  unsigned long long asked_us[kMaxGpus] = {};  // when NVML was last asked, per GPU (realtime us)
   nvml::nvmlProcessUtilizationSample_t samples[kMaxSamples];
 };
 Controller g_controller;
@@ -52,6 +58,12 @@ uint64_t sum_of(const std::atomic<uint64_t> (&per_proc)[kMaxProcs]) {
   uint64_t sum = 0;
   for (const auto& v : per_proc) sum += v.load(std::memory_order_relaxed);
   return sum;
+}
+
+unsigned long long realtime_us() {  // NVML stamps its samples with the wall clock
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<unsigned long long>(ts.tv_sec) * 1000000ull + static_cast<unsigned long long>(ts.tv_nsec) / 1000;
 }
 
 uint64_t since(uint64_t now, uint64_t& last) {
@@ -112,11 +124,14 @@ void control_gpu(Controller& c, int gpu) {
   const char* uuid = me->gpus[gpu].uuid;
   nvml::nvmlDevice_t device = nullptr;
   if (c.nvml.by_uuid(uuid, &device) != nvml::NVML_SUCCESS) return;
+  // Every process's samples since the previous period (each process's mean over them). Not "since
+  // the newest sample seen": processes are sampled at different times, so that would skip every
+  // process but the one sampled last.
+  const unsigned long long now_us = realtime_us();
+  if (c.asked_us[gpu] == 0) c.asked_us[gpu] = now_us - kPeriodNs / 1000;
   unsigned int count = kMaxSamples;
-  if (c.nvml.utilization(device, c.samples, &count, c.last_seen_us[gpu]) != nvml::NVML_SUCCESS) count = 0;
-  for (unsigned i = 0; i < count; ++i) {
-    if (c.samples[i].timeStamp > c.last_seen_us[gpu]) c.last_seen_us[gpu] = c.samples[i].timeStamp;
-  }
+  if (c.nvml.utilization(device, c.samples, &count, c.asked_us[gpu]) != nvml::NVML_SUCCESS) count = 0;
+  c.asked_us[gpu] = now_us;
 
   ShareInput inputs[kMaxTenants + 1];
   int gpu_of[kMaxTenants + 1];
@@ -156,18 +171,27 @@ void control_gpu(Controller& c, int gpu) {
   uint64_t intervals[kMaxTenants + 1];
   next_intervals(inputs, n, kPeriodNs, intervals);
   me->standalone_limits.launch_interval_ns[gpu].store(intervals[0], std::memory_order_relaxed);
+  if (lib().config.log_level >= LogLevel::kDebug) {
+    double others = 0;
+    for (size_t i = 1; i < n; ++i) others += inputs[i].busy;
+    log_line(LogLevel::kDebug,
+             "compute share gpu=%d samples=%u busy=%.3f others=%.3f launches=%llu waiting=%.3f paced=%.3f interval_ns=%llu",
+             gpu, count, inputs[0].busy, others, static_cast<unsigned long long>(inputs[0].launches), inputs[0].waiting,
+             inputs[0].paced, static_cast<unsigned long long>(intervals[0]));
+  }
 }
 
 void* run(void*) {
   Controller& c = g_controller;
   Library& l = lib();
   bool holder = false;
-  for (uint64_t tick = 0; !c.stop.load(); ++tick) {
-    timespec ts{0, static_cast<long>(kPeriodNs)};
+  for (uint64_t tick = 1; !c.stop.load(); ++tick) {
+    timespec ts{0, static_cast<long>(kTickNs)};
     ::nanosleep(&ts, nullptr);
+    if (tick % (kPeriodNs / kTickNs) != 0) continue;
     if (!holder) holder = try_lock_controller(l.tenant_file.fd);
     if (!holder) continue;
-    if (tick % 10 == 0) refresh_known(c);
+    refresh_known(c);
     uint32_t gpus = l.tenant->gpu_count.load();
     for (uint32_t g = 0; g < gpus && g < static_cast<uint32_t>(kMaxGpus); ++g) {
       if (l.tenant->gpus[g].state.load() == 2) control_gpu(c, static_cast<int>(g));

@@ -131,6 +131,14 @@ struct GpuInstance {
   }
 };
 
+// One process's utilization samples on one GPU, each its share of the GPU since its previous
+// sample, kept for kKeptUs.
+struct ProcessSamples {
+  unsigned long long last_us = 0;  // when its previous sample was taken (realtime us); 0: never
+  unsigned long long busy_ns = 0;  // its busy ns then
+  std::deque<std::pair<unsigned long long, unsigned>> kept;  // (time, sm percent), oldest first
+};
+
 struct Gpu : Handle {
   unsigned index = 0;
   std::string name = "NVIDIA H100 80GB HBM3";
@@ -141,8 +149,9 @@ struct Gpu : Handle {
   int mig = -1;           // -1: NOT_SUPPORTED, 0 off, 1 on
   int processes = 0;
   long long ecc = 0;      // -1: NOT_SUPPORTED
-  // Per pid: the busy ns and time (us) of the previous process utilization call.
-  std::map<int, std::pair<unsigned long long, unsigned long long>> busy_seen;
+  // Per pid: its process utilization samples, as the driver keeps them, taken up to this tick.
+  std::map<int, ProcessSamples> samples;
+  unsigned long long sampled_to_us = 0;
   bool events = true;
   unsigned next_gi_id = 1;
   unsigned next_ci_id = 1;
@@ -384,8 +393,14 @@ struct nvmlMemory_v2_t {
 // Process utilization comes from the libcuda.so.1 test double's shared state (a kernel's simulated
 // time counts for the process that launched it): through its fake_cuda_process_busy hook, found in
 // the process (a CUDA program) or in FAKE_NVML_CUDA_LIBRARY (the agent, which loads no CUDA).
-// Each call reports, per process, its share of the time since this process's previous call for
-// that GPU; a process seen for the first time reports 0.
+// Sampled as the real driver was seen to sample (an H200, driver 580, two busy processes): a tick
+// every kSampleUs samples one process, so each process's samples are sparse and stamped apart from
+// the others'; samples are kept for a while; a call returns, per process, the mean of its samples
+// newer than lastSeenTimeStamp (one entry per process, stamped with its newest), and
+// NVML_ERROR_NOT_FOUND when no process has one. A caller that asks only for samples newer than the
+// newest stamp it saw therefore sees one process at a time, or none, as it did on the real GPU.
+constexpr unsigned long long kSampleUs = 100'000;
+constexpr unsigned long long kKeptUs = 5'000'000;
 using ProcessBusyHook = int (*)(const char* uuid, int* pids, unsigned long long* busy_ns, int max);
 
 ProcessBusyHook process_busy_hook() {
@@ -402,9 +417,10 @@ ProcessBusyHook process_busy_hook() {
   return hook;
 }
 
-unsigned long long monotonic_us() {
+// Sample timestamps are the CPU's wall clock in microseconds, as the driver's are.
+unsigned long long realtime_us() {
   timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(CLOCK_REALTIME, &ts);
   return static_cast<unsigned long long>(ts.tv_sec) * 1000000ull + static_cast<unsigned long long>(ts.tv_nsec) / 1000;
 }
 
@@ -529,32 +545,63 @@ nvmlReturn_t nvmlDeviceGetHandleByUUID(const char* uuid, nvmlDevice_t* device) {
 }
 
 nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t* utilization,
-                                             unsigned int* processSamplesCount, unsigned long long /*lastSeenTimeStamp*/) {
+                                             unsigned int* processSamplesCount, unsigned long long lastSeenTimeStamp) {
   FAKE_DEVICE("nvmlDeviceGetProcessUtilization", device);
   if (!processSamplesCount) return NVML_ERROR_INVALID_ARGUMENT;
   ProcessBusyHook hook = process_busy_hook();
   if (!hook) return NVML_ERROR_NOT_SUPPORTED;
   int pids[256];
   unsigned long long busy[256];
-  int n = hook(gpu->uuid.c_str(), pids, busy, 256);
-  unsigned long long now = monotonic_us();
-  std::vector<nvmlProcessUtilizationSample_t> samples;
-  for (int i = 0; i < n; ++i) {
-    auto [it, first] = gpu->busy_seen.try_emplace(pids[i], std::pair{busy[i], now});
-    auto [last_busy, last_time] = it->second;
-    unsigned util = 0;
-    if (!first && now > last_time && busy[i] >= last_busy) {
-      util = static_cast<unsigned>(std::min<unsigned long long>(100, (busy[i] - last_busy) / 10 / (now - last_time)));
+  const int n = std::max(0, hook(gpu->uuid.c_str(), pids, busy, 256));
+  for (int i = 1; i < n; ++i) {  // by pid: the sampler's round-robin order
+    for (int j = i; j > 0 && pids[j - 1] > pids[j]; --j) {
+      std::swap(pids[j - 1], pids[j]);
+      std::swap(busy[j - 1], busy[j]);
     }
-    it->second = {busy[i], now};
-    samples.push_back({static_cast<unsigned>(pids[i]), now, util, 0, 0, 0});
   }
-  if (!utilization || *processSamplesCount < samples.size()) {
-    *processSamplesCount = static_cast<unsigned>(samples.size());
+  const unsigned long long now = realtime_us();
+  const unsigned long long tick = now / kSampleUs * kSampleUs;
+  if (gpu->sampled_to_us == 0) gpu->sampled_to_us = tick;  // first call: sampling starts here
+  // Each tick since the last call samples one process, in turn. Its sample is its share of the GPU
+  // since it was last sampled, from its busy time now (all the double can know), so the ticks of
+  // one call that sample one process all read the same share.
+  std::vector<bool> sampled(static_cast<size_t>(n), false);
+  for (unsigned long long t = gpu->sampled_to_us + kSampleUs; t <= tick && n > 0; t += kSampleUs) {
+    const int i = static_cast<int>((t / kSampleUs) % static_cast<unsigned long long>(n));
+    ProcessSamples& p = gpu->samples[pids[i]];
+    sampled[static_cast<size_t>(i)] = true;
+    if (p.last_us == 0) continue;  // new to the sampler: measured from here
+    const unsigned long long span_us = std::max(1ull, now - p.last_us);
+    const unsigned long long done = busy[i] >= p.busy_ns ? busy[i] - p.busy_ns : 0;
+    p.kept.push_back({t, static_cast<unsigned>(std::min<unsigned long long>(100, done / 10 / span_us))});
+  }
+  for (int i = 0; i < n; ++i) {
+    if (!sampled[static_cast<size_t>(i)]) continue;
+    gpu->samples[pids[i]].last_us = now;
+    gpu->samples[pids[i]].busy_ns = busy[i];
+  }
+  gpu->sampled_to_us = tick;
+  std::vector<nvmlProcessUtilizationSample_t> out;
+  for (auto& [pid, p] : gpu->samples) {
+    while (!p.kept.empty() && p.kept.front().first + kKeptUs < now) p.kept.pop_front();
+    // One entry per process: the mean of its samples newer than lastSeenTimeStamp, stamped with the
+    // newest of them; a process without one is left out.
+    unsigned long long sum = 0, count = 0, stamp = 0;
+    for (const auto& [t, percent] : p.kept) {
+      if (t <= lastSeenTimeStamp) continue;
+      sum += percent;
+      ++count;
+      stamp = t;
+    }
+    if (count > 0) out.push_back({static_cast<unsigned>(pid), stamp, static_cast<unsigned>(sum / count), 0, 0, 0});
+  }
+  if (out.empty()) return NVML_ERROR_NOT_FOUND;  // no sample newer than lastSeenTimeStamp
+  if (!utilization || *processSamplesCount < out.size()) {
+    *processSamplesCount = static_cast<unsigned>(out.size());
     return NVML_ERROR_INSUFFICIENT_SIZE;
   }
-  std::copy(samples.begin(), samples.end(), utilization);
-  *processSamplesCount = static_cast<unsigned>(samples.size());
+  std::copy(out.begin(), out.end(), utilization);
+  *processSamplesCount = static_cast<unsigned>(out.size());
   return NVML_SUCCESS;
 }
 

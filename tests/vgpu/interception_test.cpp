@@ -240,7 +240,8 @@ TEST_P(InterceptionTest, ABadLimitRefusesCudaAndSaysWhy) {
 
 // The compute share, standalone: each tenant's own controller paces its launches from the GPU
 // time NVML reports per process (here, the driver test double's timeline: one kernel at a time,
-// first come first served). What each got is the double's own count of its kernels' time.
+// first come first served, sampled as a real driver samples it: fake_nvml.cpp). What each got is
+// the double's own count of its kernels' time.
 class ComputeShareTest : public InterceptionTest {
  protected:
   Env share(const std::string& id, int percent, bool hard = false) const {
@@ -291,11 +292,13 @@ TEST_P(ComputeShareTest, ALoneTenantGetsTheWholeGpuUnlessItsShareIsHard) {
   auto [s1, ts1] = busy_at(*soft, 3500);
   EXPECT_GT(static_cast<double>(s1 - s0) / (1e6 * static_cast<double>(ts1 - ts0)), 0.85) << soft->output();
 
-  auto hard = start({"launch", "spin_200us", "5", "8"}, share("capped", 30, true));
+  // The controller corrects once a second, at most halving a pace each time: from the whole GPU
+  // to 30% takes two corrections, so the share is measured from 4 s on.
+  auto hard = start({"launch", "spin_200us", "7", "8"}, share("capped", 30, true));
   ASSERT_TRUE(hard->wait_for("launched", 30s)) << hard->output() << log();
   EXPECT_EQ(hard->finish(), 0);
-  auto [h0, th0] = busy_at(*hard, 2000);
-  auto [h1, th1] = busy_at(*hard, 4500);
+  auto [h0, th0] = busy_at(*hard, 4000);
+  auto [h1, th1] = busy_at(*hard, 6500);
   EXPECT_NEAR(100 * static_cast<double>(h1 - h0) / (1e6 * static_cast<double>(th1 - th0)), 30, 5) << hard->output();
 }
 

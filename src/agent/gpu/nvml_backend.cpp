@@ -148,8 +148,8 @@ struct NvmlBackend::Impl {
   std::vector<Device> devices;
   nvmlEventSet_t events = nullptr;
   mutable std::mutex mu;
-  // Per GPU index: the newest process utilization sample read (the next read asks for newer ones).
-  std::map<int, unsigned long long> last_utilization_sample;
+  // Per GPU index: when process utilization was last asked for (realtime us; the next asks since).
+  std::map<int, unsigned long long> utilization_asked_us;
 
   ~Impl() {
     if (events && api.nvmlEventSetFree) api.nvmlEventSetFree(events);
@@ -682,7 +682,13 @@ std::vector<ProcessUtilization> NvmlBackend::process_utilization(int index) {
   std::vector<ProcessUtilization> out;
   auto d = impl_->device(index);
   if (!d || !impl_->api.nvmlDeviceGetProcessUtilization) return out;
-  unsigned long long& last_seen = impl_->last_utilization_sample[index];
+  // Every process's samples since the previous call. Not "since the newest sample seen": processes
+  // are sampled at different times, so that would skip all but the one sampled last.
+  const auto now_us = static_cast<unsigned long long>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  unsigned long long& asked = impl_->utilization_asked_us[index];
+  const unsigned long long last_seen = asked != 0 ? asked : now_us - 1'000'000;
+  asked = now_us;
   std::vector<nvmlProcessUtilizationSample_t> samples(256);
   unsigned int count = static_cast<unsigned int>(samples.size());
   nvmlReturn_t r = impl_->api.nvmlDeviceGetProcessUtilization((*d)->handle, samples.data(), &count, last_seen);
@@ -697,7 +703,6 @@ std::vector<ProcessUtilization> NvmlBackend::process_utilization(int index) {
     auto& [sum, n] = by_pid[samples[i].pid];
     sum += samples[i].smUtil;
     ++n;
-    last_seen = std::max(last_seen, samples[i].timeStamp);
   }
   for (const auto& [pid, sum_n] : by_pid) {
     out.push_back({static_cast<int>(pid), static_cast<int>(sum_n.first / static_cast<unsigned long long>(sum_n.second))});

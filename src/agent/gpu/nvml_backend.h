@@ -40,7 +40,7 @@ class NvmlBackend final : public GpuBackend {
   std::vector<HealthEvent> poll_health() override;
   Result<std::vector<MigDevice>> read_mig_devices(int index) override;
   Result<int> compute_processes(int index) override;
-  // nvmlDeviceGetProcessUtilization since the previous call's newest sample.
+  // nvmlDeviceGetProcessUtilization since the previous call (the first: over the last second).
   std::vector<ProcessUtilization> process_utilization(int index) override;
   Status create_mig_instance(int index, const model::MigInstance& instance) override;
   Status destroy_mig_instance(int index, const model::MigInstance& instance) override;
