@@ -3,13 +3,17 @@
 # Starts a throwaway server and agent on loopback (nothing is installed or left behind) and prints
 # what it found. Then the vGPU interception library on its own (no agent), as jobs would load it:
 # quotas as CUDA, PyTorch and NVML see them, allocations past a quota, two tenants on one GPU, CUDA
-# IPC refused across tenants, and the compute split of two busy tenants (30 and 70 percent; printed,
-# not counted in the result). The PyTorch checks run where python3 can import torch with CUDA; the
+# IPC refused across tenants, and the compute split of two busy tenants (30 and 70 percent), on
+# their own and as two jobs of the agent. The PyTorch checks run where python3 can import torch with CUDA; the
 # driver API and IPC checks need only ctypes. Last, a CUDA process checkpointed with cuda-checkpoint
 # and CRIU, restored from a copy of its images and checked to carry on, and a CUDA job checkpointed,
 # pre-empted and resumed through the agent with its GPU state (where both tools exist).
 #
 #   scripts/gpu-check.sh [BUILD_DIR]     (default: build; run `make build` first)
+#
+# GPU_CHECK_KEEP=FILE.tgz keeps its logs (the server's, the agents', CRIU's; not the memory images)
+# in that archive; otherwise they go with the throwaway directory. On a machine without this
+# build's packages, run it on scripts/gpu-bundle.sh's archive.
 set -uo pipefail
 
 BUILD=${1:-build}
@@ -18,8 +22,14 @@ CNLAB="$(cd "$(dirname "$0")/.." && pwd)/$BUILD/cnlab"
 WORK=$(mktemp -d /tmp/cnlab-gpu-check.XXXXXX)
 chmod 0711 "$WORK"
 PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$WORK"; }
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  [ -n "${GPU_CHECK_KEEP:-}" ] && tar -czf "$GPU_CHECK_KEEP" --exclude='*.img' --exclude='*.tar*' -C "$WORK" . 2>/dev/null
+  rm -rf "$WORK"
+}
 trap cleanup EXIT
+trap "exit 143" TERM INT
 section() { printf '\n== %s ==\n' "$1"; }
 fail=0
 
@@ -526,7 +536,7 @@ PY
   wait $EXPORTER || fail=1
 
   if [ $HAVE_TORCH -eq 1 ]; then
-    echo "-- the compute split of two busy tenants, shares 30 and 70 (reported; not counted in the result)"
+    echo "-- the compute split of two busy tenants, shares 30 and 70"
     rm -f "$WORK"/spin-*.ready "$WORK/spin.go"
     CNLAB_VGPU_COMPUTE_SHARE=30 vgpu check-s30 spin-30 spin "$WORK/spin-30.ready" "$WORK/spin.go" 20 >"$WORK/spin-30.out" &
     S30=$!
@@ -538,7 +548,7 @@ PY
     wait $S30
     wait $S70
     grep -v '^SPIN ' "$WORK/spin-30.out" "$WORK/spin-70.out" | sed 's/^[^:]*://'
-    python3 - "$WORK/spin-30.out" "$WORK/spin-70.out" <<'PY'
+    python3 - "$WORK/spin-30.out" "$WORK/spin-70.out" <<'PY' || fail=1
 import sys
 runs = {}
 for path in sys.argv[1:]:
@@ -547,8 +557,8 @@ for path in sys.argv[1:]:
             f = dict(kv.split('=', 1) for kv in line.split()[1:])
             runs[int(f['share'])] = int(f['iterations'])
 if set(runs) != {30, 70} or not runs[30] + runs[70]:
-    print('FAIL: the compute split was not measured (a tenant did not finish its loop); not counted')
-    sys.exit(0)
+    print('FAIL: the compute split was not measured (a tenant did not finish its loop)')
+    sys.exit(1)
 total = runs[30] + runs[70]
 low, high = 100.0 * runs[30] / total, 100.0 * runs[70] / total
 print('  shares of the iterations: tenant check-s30 %.1f%%, tenant check-s70 %.1f%%; ratio %.2f (70/30 = 2.33)'
@@ -556,10 +566,75 @@ print('  shares of the iterations: tenant check-s30 %.1f%%, tenant check-s70 %.1
 if abs(low - 30) <= 5:
     print('PASS: the 30%% tenant got %.1f%% of the iterations (within 5 points of 30%%)' % low)
 else:
-    print('FAIL: the 30%% tenant got %.1f%% of the iterations (not within 5 points of 30%%); reported only, '
-          'not counted: the split depends on the driver and the GPU' % low)
+    print('FAIL: the 30%% tenant got %.1f%% of the iterations (not within 5 points of 30%%)' % low)
+    sys.exit(1)
 PY
   fi
+fi
+
+section "the compute split of two jobs through the agent (h-30 and h-70 on one GPU)"
+# Two jobs of one GPU's 30 and 70 blocks, each a tight loop of float16 matmuls for 30 s that prints
+# its iterations per wall-clock second; the agent's controller paces their launches. Counted over
+# the seconds both ran, after 10 s to settle: the 30-block job must get 30% of the iterations
+# (within 5 points). Needs python3 with PyTorch on CUDA (the jobs run it by its absolute path, as
+# the agent gives jobs a plain PATH).
+TORCH_PY=$(command -v python3)
+if [ "${HAVE_TORCH:-0}" -ne 1 ]; then
+  echo "SKIP: python3 cannot import torch with CUDA available; not counted"
+else
+  cat >"$WORK/split_job.py" <<'PY'
+import time, torch
+a = torch.randn(4096, 4096, dtype=torch.float16, device='cuda'); b = torch.randn_like(a); c = torch.empty_like(a)
+for _ in range(10): torch.mm(a, b, out=c)
+torch.cuda.synchronize()
+end, second, n = time.time() + 30, int(time.time()), 0
+while time.time() < end:
+    for _ in range(4): torch.mm(a, b, out=c)
+    torch.cuda.synchronize()
+    n += 4
+    if int(time.time()) != second:
+        print('T', second, n, flush=True)
+        second, n = int(time.time()), 0
+PY
+  split_job() {  # split_job NAME BLOCKS: submits it, prints its id
+    python3 - "$WORK/split_job.py" "$TORCH_PY" "$GPUS-$2" "$1" <<'PY' | curl -s --cacert "$CNLAB_CA" -H "Authorization: Bearer $(cat "$CNLAB_TOKEN")" -X POST "$URL/v1/jobs" -d @- |
+import json, sys
+print(json.dumps({"metadata": {"name": sys.argv[4]}, "spec": {"project": "default", "gpu": sys.argv[3],
+    "cpu_milli": 1000, "memory_mib": 8192, "command": [sys.argv[2], "-u", "-c", open(sys.argv[1]).read()]}}))
+PY
+      python3 -c 'import json,sys; print(json.load(sys.stdin)["metadata"]["name"])'
+  }
+  S30=$(split_job split-30 30)
+  S70=$(split_job split-70 70)
+  for _ in $(seq 600); do
+    P30=$(curl -s --cacert "$CNLAB_CA" -H "Authorization: Bearer $(cat "$CNLAB_TOKEN")" "$URL/v1/jobs/$S30" | python3 -c 'import json,sys; print(json.load(sys.stdin)["status"]["phase"])')
+    P70=$(curl -s --cacert "$CNLAB_CA" -H "Authorization: Bearer $(cat "$CNLAB_TOKEN")" "$URL/v1/jobs/$S70" | python3 -c 'import json,sys; print(json.load(sys.stdin)["status"]["phase"])')
+    case "$P30$P70" in *Pending*|*Scheduled*|*Running*) sleep 0.5 ;; *) break ;; esac
+  done
+  echo "jobs $S30: $P30, $S70: $P70"
+  for j in "$S30" "$S70"; do
+    curl -s --cacert "$CNLAB_CA" -H "Authorization: Bearer $(cat "$CNLAB_TOKEN")" "$URL/v1/jobs/$j/logs" >"$WORK/$j.logs"
+  done
+  python3 - "$WORK/$S30.logs" "$WORK/$S70.logs" <<'PY' || fail=1
+import json, sys
+def per_second(path):
+    out = {}
+    for line in open(path):
+        text = json.loads(line)["text"].split()
+        if len(text) == 3 and text[0] == 'T': out[int(text[1])] = int(text[2])
+    return out
+low, high = per_second(sys.argv[1]), per_second(sys.argv[2])
+common = sorted(set(low) & set(high))[10:]
+if len(common) < 5:
+    print('FAIL: the two jobs ran together for too few seconds to measure (%d after settling)' % len(common)); sys.exit(1)
+a, b = sum(low[s] for s in common), sum(high[s] for s in common)
+share = 100.0 * a / max(a + b, 1)
+print('  over %d s: the 30-block job %d iterations, the 70-block job %d; the 30-block job got %.1f%%' % (len(common), a, b, share))
+ok = abs(share - 30) <= 5
+print(('PASS' if ok else 'FAIL') + ': the 30-block job got %.1f%% of the iterations (30 +- 5)' % share)
+sys.exit(0 if ok else 1)
+PY
+  grep -E "vgpu|share" "$WORK/agent.log" | grep -v "gpu found" | tail -n 3
 fi
 
 section "checkpoint and migration of a CUDA process (cuda-checkpoint + CRIU)"
@@ -567,10 +642,14 @@ section "checkpoint and migration of a CUDA process (cuda-checkpoint + CRIU)"
 # step; it is suspended by NVIDIA's cuda-checkpoint (device memory and contexts into host memory),
 # dumped by CRIU, restored from a copy of the images (as on another node with the same GPU model)
 # and resumed, and must carry on from the same count with its device memory intact. Needs root, a
-# CRIU whose `criu check` passes and cuda-checkpoint (driver r550+); without them the section says
+# CRIU whose `criu check` passes and cuda-checkpoint (NVIDIA's, driver r550+, or CNLab's
+# cnlab-cuda-checkpoint beside cnlab, driver r570+); without them the section says
 # why and is not counted: CNLab then moves GPU jobs through their application checkpoints.
 CRIU=$(command -v criu || ls /usr/local/sbin/criu 2>/dev/null || true)
+# NVIDIA's utility where it is installed, else CNLab's own on the driver's checkpoint API (r570+).
 CUDA_CKPT=$(command -v cuda-checkpoint || true)
+[ -z "$CUDA_CKPT" ] && [ -x "$(dirname "$CNLAB")/cnlab-cuda-checkpoint" ] && CUDA_CKPT="$(dirname "$CNLAB")/cnlab-cuda-checkpoint"
+echo "cuda-checkpoint: ${CUDA_CKPT:-none}"
 if [ "$(id -u)" -ne 0 ] || [ -z "$CRIU" ] || [ -z "$CUDA_CKPT" ]; then
   echo "SKIP: needs root, criu and cuda-checkpoint (root=$(id -u) criu=${CRIU:-none} cuda-checkpoint=${CUDA_CKPT:-none}); not counted"
 else
@@ -647,7 +726,7 @@ else
   api() { curl -s --cacert "$CNLAB_CA" -H "Authorization: Bearer $(cat "$CNLAB_TOKEN")" "$@"; }
   kill "$AGENT_PID"
   sleep 2
-  "$CNLAB" agent --data-dir "$WORK/agent" --join-token "$JOIN" --name gpu-check --no-vgpu \
+  "$CNLAB" agent --data-dir "$WORK/agent" --join-token "$JOIN" --name gpu-check --address 127.0.0.1 --no-vgpu \
     --cuda-checkpoint "$CUDA_CKPT" --checkpoint-grace 1s >"$WORK/agent2.out" 2>"$WORK/agent2.log" &
   PIDS+=($!)
   for _ in $(seq 100); do grep -q "running" "$WORK/agent2.out" 2>/dev/null && break; sleep 0.1; done
@@ -706,7 +785,7 @@ JOB
   # releases while it is suspended): the job must carry on on the other node, every step once,
   # device memory intact.
   "$CNLAB" agent --data-dir "$WORK/agent-b" --join-token "$("$CNLAB" admin join-token create | tail -1)" \
-    --name gpu-check-b --no-vgpu --cuda-checkpoint "$CUDA_CKPT" >"$WORK/agent-b.out" 2>"$WORK/agent-b.log" &
+    --name gpu-check-b --address 127.0.0.1 --no-vgpu --cuda-checkpoint "$CUDA_CKPT" >"$WORK/agent-b.out" 2>"$WORK/agent-b.log" &
   PIDS+=($!)
   for _ in $(seq 100); do grep -q "running" "$WORK/agent-b.out" 2>/dev/null && break; sleep 0.1; done
   sleep 2   # its peer endpoint reaches the server with its first heartbeat
@@ -731,5 +810,5 @@ JOB
 fi
 
 section "result"
-if [ $fail -eq 0 ]; then echo "gpu-check: OK"; else echo "gpu-check: FAILED (logs in $WORK are removed on exit; rerun with the trap removed to keep them)"; fi
+if [ $fail -eq 0 ]; then echo "gpu-check: OK"; else echo "gpu-check: FAILED (rerun with GPU_CHECK_KEEP=logs.tgz to keep the logs)"; fi
 exit $fail
