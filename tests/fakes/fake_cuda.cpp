@@ -8,8 +8,9 @@
 // functions, never those of an LD_PRELOADed interception library that defines the same names.
 // Files: fake_cuda.cpp (devices, contexts, streams, events, modules, launches, test hooks),
 // fake_cuda_memory.cpp (allocations, copies, arrays, pools, VMM, IPC), fake_cuda_proc.cpp
-// (cuGetProcAddress and its table, cuGetExportTable), fake_cuda_state.{h,cpp} (configuration, the
-// shared state file), fake_cuda_internal.h (the objects behind the handles).
+// (cuGetProcAddress and its table, cuGetExportTable), fake_cuda_checkpoint.cpp (the process
+// checkpoint API), fake_cuda_state.{h,cpp} (configuration, the shared state file),
+// fake_cuda_internal.h (the objects behind the handles).
 //
 // Configuration (environment, read at cuInit):
 //   FAKE_CUDA_CONFIG=<file>   one line per device, fields key=value ("double quotes" for spaces),

@@ -225,6 +225,12 @@ constexpr ProcEntry kProcTable[] = {
     ENTRY_PT(cuLaunchKernelEx, 11060, ptsz, cuLaunchKernelEx_ptsz),
     ENTRY(cuLaunchCooperativeKernel, 9000, cuLaunchCooperativeKernel),
     ENTRY_PT(cuLaunchCooperativeKernel, 9000, ptsz, cuLaunchCooperativeKernel_ptsz),
+    // process checkpoints (fake_cuda_checkpoint.cpp)
+    ENTRY(cuCheckpointProcessGetState, 12080, cuCheckpointProcessGetState),
+    ENTRY(cuCheckpointProcessLock, 12080, cuCheckpointProcessLock),
+    ENTRY(cuCheckpointProcessCheckpoint, 12080, cuCheckpointProcessCheckpoint),
+    ENTRY(cuCheckpointProcessRestore, 12080, cuCheckpointProcessRestore),
+    ENTRY(cuCheckpointProcessUnlock, 12080, cuCheckpointProcessUnlock),
 };
 
 #undef ENTRY

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -170,7 +171,19 @@ std::string find_tool() {
     const std::string path = std::string(dir) + "/cuda-checkpoint";
     if (::access(path.c_str(), X_OK) == 0) return path;
   }
-  return "";
+  char exe[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe);
+  if (n <= 0 || static_cast<size_t>(n) >= sizeof exe) return "";
+  return tool_beside(std::string(exe, static_cast<size_t>(n)));
+}
+
+std::string tool_beside(const std::string& exe) {
+  const size_t slash = exe.rfind('/');
+  if (slash == std::string::npos) return "";
+  const std::string path = exe.substr(0, slash + 1) + "cnlab-cuda-checkpoint";
+  struct stat file {};
+  if (::stat(path.c_str(), &file) != 0 || !S_ISREG(file.st_mode) || ::access(path.c_str(), X_OK) != 0) return "";
+  return path;
 }
 
 }  // namespace cnlab::agent::cuda

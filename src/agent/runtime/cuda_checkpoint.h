@@ -50,7 +50,12 @@ bool may_hold_context(pid_t pid);
 std::string device_map_argument(const DeviceMap& map);
 
 // Where this machine's cuda-checkpoint is (NVIDIA's packages and the utility's repository put it
-// in /usr/bin or /usr/local/bin); empty when none is there.
+// in /usr/bin or /usr/local/bin); where none is, cnlab-cuda-checkpoint beside the running
+// executable (/proc/self/exe: built and installed beside `cnlab`; the same command line on the
+// driver's own checkpoint API, r570+), when it is there and executable; else empty.
 std::string find_tool();
+
+// `exe`'s directory's cnlab-cuda-checkpoint when that is an executable file; else empty.
+std::string tool_beside(const std::string& exe);
 
 }  // namespace cnlab::agent::cuda
