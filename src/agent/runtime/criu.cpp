@@ -162,14 +162,87 @@ Result<Pipes> decode_pipes(std::string_view text) {
   return pipes;
 }
 
+namespace {
+
+// The filesystems CRIU dumps itself (its own table, less those it only mounts anew by name).
+bool criu_dumps(std::string_view type) {
+  static constexpr std::string_view kKnown[] = {
+      "proc",   "sysfs",   "devtmpfs", "binfmt_misc", "tmpfs",  "devpts",  "mqueue",  "securityfs", "fusectl",
+      "debugfs", "tracefs", "pstore",  "cgroup",      "cgroup2", "overlay", "autofs",  "bpf",        "configfs",
+      "hugetlbfs", "btrfs", "nsfs"};
+  return std::find(std::begin(kKnown), std::end(kKnown), type) != std::end(kKnown);
+}
+
+// mountinfo escapes space, tab, newline and backslash as \ooo.
+std::string unescape_mount_path(std::string_view field) {
+  std::string out;
+  for (size_t i = 0; i < field.size(); ++i) {
+    if (field[i] == '\\' && i + 3 < field.size()) {
+      const std::string_view octal = field.substr(i + 1, 3);
+      if (std::all_of(octal.begin(), octal.end(), [](char c) { return c >= '0' && c <= '7'; })) {
+        out.push_back(static_cast<char>((octal[0] - '0') * 64 + (octal[1] - '0') * 8 + (octal[2] - '0')));
+        i += 3;
+        continue;
+      }
+    }
+    out.push_back(field[i]);
+  }
+  return out;
+}
+
+std::string mount_key(size_t index) { return "cnlab-mount-" + std::to_string(index); }
+
+}  // namespace
+
+std::vector<std::string> external_mounts(std::string_view mountinfo) {
+  std::vector<std::string> out;
+  std::istringstream lines{std::string(mountinfo)};
+  for (std::string line; std::getline(lines, line);) {
+    // ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPER_OPTIONS
+    std::istringstream fields(line);
+    std::vector<std::string> field;
+    for (std::string f; fields >> f;) field.push_back(f);
+    auto dash = std::find(field.begin(), field.end(), "-");
+    if (field.size() < 5 || dash == field.end() || dash + 1 == field.end()) continue;
+    const std::string mount_point = unescape_mount_path(field[4]);
+    if (mount_point == "/" || criu_dumps(*(dash + 1))) continue;
+    if (std::find(out.begin(), out.end(), mount_point) == out.end()) out.push_back(mount_point);
+  }
+  return out;
+}
+
+std::string encode_mounts(const std::vector<std::string>& mounts) { return Json{{"external_mounts", mounts}}.dump(); }
+
+Result<std::vector<std::string>> decode_mounts(std::string_view text) {
+  Json json = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  const std::string file(kExternalMountsFile);
+  if (json.is_discarded() || !json.is_object() || !json.contains("external_mounts") ||
+      !json["external_mounts"].is_array()) {
+    return Error::invalid_argument(file, std::string(text.substr(0, 80)), "an object with an \"external_mounts\" array");
+  }
+  std::vector<std::string> mounts;
+  for (const auto& m : json["external_mounts"]) {
+    // Absolute paths only, never "..": a restore bind-mounts each one from this machine.
+    if (!m.is_string() || m.get<std::string>().empty() || m.get<std::string>()[0] != '/' ||
+        m.get<std::string>().find("/../") != std::string::npos || m.get<std::string>().ends_with("/..")) {
+      return Error::invalid_argument(file + ".external_mounts", m.dump(), "absolute paths without \"..\"");
+    }
+    mounts.push_back(m.get<std::string>());
+  }
+  return mounts;
+}
+
 std::vector<std::string> environment() {
   return {"CRIU_FAULT=130", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"};
 }
 
 std::vector<std::string> dump_args(const std::string& criu, pid_t pid, const fs::path& images, const fs::path& log,
-                                   Leave leave, const HostPort* lazy) {
+                                   Leave leave, const std::vector<std::string>& external, const HostPort* lazy) {
   std::vector<std::string> args = {criu, "dump", "--tree", std::to_string(pid), "--images-dir", images.string(),
                                    "--log-file", log.string(), "--manage-cgroups=ignore", "--file-locks"};
+  for (size_t i = 0; i < external.size(); ++i) {
+    args.insert(args.end(), {"--external", fmt::format("mnt[{}]:{}", external[i], mount_key(i))});
+  }
   if (leave == Leave::kRunning) args.push_back("--leave-running");
   if (leave == Leave::kStopped) args.push_back("--leave-stopped");
   if (lazy) {
@@ -187,7 +260,7 @@ std::vector<std::string> lazy_pages_args(const std::string& criu, const fs::path
 
 std::vector<std::string> restore_args(const std::string& criu, const fs::path& images, const fs::path& log,
                                       const fs::path& pid_file, const Pipes& pipes, int status_fd, int stdout_fd,
-                                      int stderr_fd, bool lazy) {
+                                      int stderr_fd, const std::vector<std::string>& external, bool lazy) {
   // --root /: the job's mount namespace is restored from the images over this machine's root.
   std::vector<std::string> args = {criu, "restore", "--images-dir", images.string(), "--log-file", log.string(),
                                    "--restore-detached", "--root", "/", "--manage-cgroups=ignore", "--file-locks",
@@ -200,6 +273,9 @@ std::vector<std::string> restore_args(const std::string& criu, const fs::path& i
   inherit(status_fd, pipes.status_pipe);
   inherit(stdout_fd, pipes.stdout_pipe);
   inherit(stderr_fd, pipes.stderr_pipe);
+  for (size_t i = 0; i < external.size(); ++i) {
+    args.insert(args.end(), {"--external", fmt::format("mnt[{}]:{}", mount_key(i), external[i])});
+  }
   if (lazy) args.push_back("--lazy-pages");
   return args;
 }

@@ -32,6 +32,19 @@ struct Pipes {
 std::string encode(const Pipes& pipes);
 Result<Pipes> decode_pipes(std::string_view text);
 
+// Mounts of the job's mount namespace whose filesystem CRIU cannot dump (it knows the virtual and
+// memory filesystems, not every disk one: the NVIDIA driver of a GPU machine seen here is mounted
+// from a squashfs at /usr/local/nvidia, and a dump of any job there failed on it). They are dumped
+// as external mounts, and a restore bind-mounts the same path of its own machine in their place,
+// which is what a job sees of such a mount anyway (its mount namespace is a copy of the node's).
+// Written beside the images: the paths, in order; a restore names them by their index.
+inline constexpr std::string_view kExternalMountsFile = "cnlab-external-mounts.json";
+// The mount points in /proc/PID/mountinfo text (`mountinfo`) that are external in that sense:
+// every mount but the root whose filesystem type is not one CRIU dumps itself.
+std::vector<std::string> external_mounts(std::string_view mountinfo);
+std::string encode_mounts(const std::vector<std::string>& mounts);
+Result<std::vector<std::string>> decode_mounts(std::string_view text);
+
 // CRIU_FAULT=130 and a PATH for the helpers CRIU runs.
 std::vector<std::string> environment();
 
@@ -39,21 +52,23 @@ std::vector<std::string> environment();
 // kills the tree, or leaves it running, or leaves it stopped. With `lazy` (post-copy), the memory
 // is not written: once everything else is, CRIU writes a byte to descriptor 3 (`--status-fd`) and
 // serves the pages from its page server (plain TCP) at `lazy` until a `criu lazy-pages` has pulled
-// them all.
+// them all. `external`: the job's external mounts (external_mounts).
 enum class Leave { kNothing, kRunning, kStopped };
 std::vector<std::string> dump_args(const std::string& criu, pid_t pid, const std::filesystem::path& images,
-                                   const std::filesystem::path& log, Leave leave, const HostPort* lazy = nullptr);
+                                   const std::filesystem::path& log, Leave leave,
+                                   const std::vector<std::string>& external, const HostPort* lazy = nullptr);
 // `criu lazy-pages` beside a `restore --lazy-pages` of `images`: pulls the pages, on demand and in
 // the background, from the dump's page server at `from`; exits once it has them all.
 std::vector<std::string> lazy_pages_args(const std::string& criu, const std::filesystem::path& images,
                                          const std::filesystem::path& log, const HostPort& from);
 // `criu restore --restore-detached` of `images`, the new pipes' write ends at the given
-// descriptors of the CRIU process, the restored root's pid written to `pid_file`.
+// descriptors of the CRIU process, the restored root's pid written to `pid_file`, the dump's
+// `external` mounts bound from this machine's same paths.
 // With `lazy`, the memory comes from a `criu lazy-pages` started beside it (lazy_pages_args).
 std::vector<std::string> restore_args(const std::string& criu, const std::filesystem::path& images,
                                       const std::filesystem::path& log, const std::filesystem::path& pid_file,
                                       const Pipes& pipes, int status_fd, int stdout_fd, int stderr_fd,
-                                      bool lazy = false);
+                                      const std::vector<std::string>& external, bool lazy = false);
 
 struct RunResult {
   bool timed_out = false;

@@ -24,10 +24,12 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <mutex>
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "agent/runtime/cgroups.h"
@@ -706,7 +708,7 @@ Status resume_cuda(const JobRecord& record, const cuda::DeviceMap& map) {
 
 }  // namespace
 
-Status JobHandle::prepare_dump(const fs::path& images) const {
+Result<std::vector<std::string>> JobHandle::prepare_dump(const fs::path& images) const {
   const JobRecord& record = *record_;
   if (record.criu.empty()) {
     return Error::failed_precondition("job " + record.job_id + ": this runtime takes no transparent checkpoints");
@@ -729,7 +731,19 @@ Status JobHandle::prepare_dump(const fs::path& images) const {
   }
   ::chmod(images.c_str(), 0700);
   const criu::Pipes pipes{state->stdout_pipe, state->stderr_pipe, state->status_pipe};
-  return jobfiles::write_atomic(images, criu::kPipesFile, criu::encode(pipes));
+  if (auto written = jobfiles::write_atomic(images, criu::kPipesFile, criu::encode(pipes)); !written) {
+    return written.error();
+  }
+  std::ifstream in(fmt::format("/proc/{}/mountinfo", record.job_pid));
+  const std::string mountinfo((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> external = criu::external_mounts(mountinfo);
+  if (!external.empty()) {
+    spdlog::info("job mounts dumped as external job=\"{}\" mounts=\"{}\"", record.job_id, fmt::join(external, ","));
+  }
+  if (auto written = jobfiles::write_atomic(images, criu::kExternalMountsFile, criu::encode_mounts(external)); !written) {
+    return written.error();
+  }
+  return external;
 }
 
 static uint64_t images_bytes(const fs::path& images) {
@@ -743,14 +757,16 @@ static uint64_t images_bytes(const fs::path& images) {
 
 Result<JobHandle::Checkpoint> JobHandle::checkpoint(const fs::path& images, AfterDump after) const {
   const JobRecord& record = *record_;
-  if (auto prepared = prepare_dump(images); !prepared) return prepared.error();
+  auto external = prepare_dump(images);
+  if (!external) return external.error();
   const fs::path log = images / "dump.log";
   const criu::Leave leave = after == AfterDump::kLeaveRunning   ? criu::Leave::kRunning
                             : after == AfterDump::kLeaveStopped ? criu::Leave::kStopped
                                                                 : criu::Leave::kNothing;
   const auto started = std::chrono::steady_clock::now();  // GPU state suspended counts in the pause
   if (auto suspended = suspend_cuda(record); !suspended) return suspended.error();
-  auto ran = criu::run(criu::dump_args(record.criu, record.job_pid, images, log, leave), record.checkpoint_timeout);
+  auto ran = criu::run(criu::dump_args(record.criu, record.job_pid, images, log, leave, *external),
+                       record.checkpoint_timeout);
   // The job runs on after a failed dump (CRIU lets go of it) and after kLeaveRunning.
   if (!ran || ran->timed_out || ran->exit_code != 0 || after == AfterDump::kLeaveRunning) (void)resume_cuda(record, {});
   if (!ran) return ran.error();
@@ -776,7 +792,8 @@ Result<JobHandle::Checkpoint> JobHandle::checkpoint(const fs::path& images, Afte
 Result<std::unique_ptr<JobHandle::LazyDump>> JobHandle::checkpoint_lazy(const fs::path& images,
                                                                         const std::string& address, int port) const {
   const JobRecord& record = *record_;
-  if (auto prepared = prepare_dump(images); !prepared) return prepared.error();
+  auto external = prepare_dump(images);
+  if (!external) return external.error();
   const fs::path log = images / "dump.log";
   const auto started = std::chrono::steady_clock::now();
   if (auto suspended = suspend_cuda(record); !suspended) return suspended.error();
@@ -786,7 +803,7 @@ Result<std::unique_ptr<JobHandle::LazyDump>> JobHandle::checkpoint_lazy(const fs
     return Error::internal("pipe: " + errno_text(errno));
   }
   const HostPort pages{address, port};
-  auto pid = criu::spawn(criu::dump_args(record.criu, record.job_pid, images, log, criu::Leave::kStopped, &pages),
+  auto pid = criu::spawn(criu::dump_args(record.criu, record.job_pid, images, log, criu::Leave::kStopped, *external, &pages),
                          ready[1]);
   ::close(ready[1]);
   if (!pid) {

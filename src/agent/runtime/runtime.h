@@ -265,8 +265,8 @@ class JobHandle {
 
  private:
   // What checkpoint() and checkpoint_lazy() check and write first: the images directory (new,
-  // 0700) and the job's pipes beside it.
-  Status prepare_dump(const std::filesystem::path& images) const;
+  // 0700), and beside it the job's pipes and its external mounts, which it returns.
+  Result<std::vector<std::string>> prepare_dump(const std::filesystem::path& images) const;
 
  public:
 

@@ -537,9 +537,20 @@ Status Shim::launch_restore() {
     fail_start(pipes.error(), "restore", 0);
     return pipes.error();
   }
+  // Absent from images of an agent that predates them: no external mounts.
+  std::vector<std::string> external;
+  if (fs::exists(images / criu::kExternalMountsFile)) {
+    auto mounts_text = jobfiles::read_trusted(images / criu::kExternalMountsFile);
+    auto mounts = mounts_text ? criu::decode_mounts(*mounts_text) : Result<std::vector<std::string>>(mounts_text.error());
+    if (!mounts) {
+      fail_start(mounts.error(), "restore", 0);
+      return mounts.error();
+    }
+    external = std::move(*mounts);
+  }
   const fs::path pid_file = dir_ / "restore.pid";
   std::vector<std::string> args = criu::restore_args(spec_.criu, images, dir_ / "restore.log", pid_file, *pipes,
-                                                     kInitStatusFd, kStdoutFd, kStderrFd, spec_.restore_lazy);
+                                                     kInitStatusFd, kStdoutFd, kStderrFd, external, spec_.restore_lazy);
   std::vector<char*> argv;
   for (auto& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);

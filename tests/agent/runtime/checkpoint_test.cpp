@@ -3,12 +3,15 @@
 // another job directory (as on another node) and carries on exactly where it was. Needs root and
 // a CRIU whose `criu check` passes (scripts/install-criu.sh builds one; CI has it); each test
 // skips with the reason otherwise.
+#include <sys/mount.h>
 #include <unistd.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <regex>
 #include <thread>
 
@@ -228,6 +231,68 @@ TEST_F(CheckpointTest, AJobDumpedOnOneNodeCarriesOnExactlyWhereItWasInAnotherDir
   const std::vector<int> counted = counter_file("node-b");
   ASSERT_GE(counted.size(), static_cast<size_t>(last.n + 6));
   for (size_t i = 0; i < counted.size(); ++i) EXPECT_EQ(counted[i], static_cast<int>(i));
+}
+
+// A mount CRIU cannot dump itself in the job's mount namespace (ramfs here; on an H200 machine,
+// the squashfs the NVIDIA driver is mounted from, which failed every GPU job's dump there) is
+// dumped as external, and the restore binds the restoring machine's same path in its place: the
+// job keeps its file there open across the move and reads what that machine has.
+TEST_F(CheckpointTest, AMountCriuCannotDumpIsBoundFromTheRestoringMachine) {
+  const fs::path mount_point = dir_.path() / "driver";
+  fs::create_directories(mount_point);
+  ASSERT_EQ(::mount("ramfs", mount_point.c_str(), "ramfs", 0, nullptr), 0) << std::strerror(errno);
+  struct Unmount {
+    fs::path at;
+    ~Unmount() { ::umount2(at.c_str(), MNT_DETACH); }
+  } unmount{mount_point};
+  const fs::path library = mount_point / "driver.txt";
+  { std::ofstream(library) << "node_a\n"; }
+
+  ProcessSpec spec = counter_job("node-a");
+  // Prints "tick N pid P child 0 alive WORD", WORD read each time through a descriptor it keeps
+  // open on the mount (as a CUDA process keeps libcuda.so mapped from the driver's).
+  spec.argv = {"/usr/bin/python3", "-u", "-c", R"(
+import os, sys, time
+held = os.open(sys.argv[1], os.O_RDONLY)
+i = 0
+while True:
+    print(f'tick {i} pid {os.getpid()} child 0 alive {os.pread(held, 64, 0).decode().strip()}', flush=True)
+    i += 1
+    time.sleep(0.1)
+)", library.string()};
+  auto source = runtime_->start(spec);
+  ASSERT_TRUE(source) << source.error().to_string();
+  auto reader = OutputReader::open(source->output_path());
+  ASSERT_TRUE(reader);
+  auto before = read_until_tick(*reader, 3);
+  ASSERT_FALSE(ticks(before).empty());
+  EXPECT_EQ(ticks(before).back().alive, "node_a");
+
+  const fs::path images = dir_.path() / "images";
+  auto taken = source->checkpoint(images, JobHandle::AfterDump::kStop);
+  ASSERT_TRUE(taken) << taken.error().to_string();
+  EXPECT_THAT(read_text(images / "cnlab-external-mounts.json"), HasSubstr(mount_point.string()));
+  EXPECT_EQ(source->wait(10s).state, JobState::kExited);
+  for (auto& line : collect(*source, *reader)) before.push_back(std::move(line));
+  const Tick last = ticks(before).back();
+
+  // "Another node": what it has at that path now.
+  { std::ofstream(library) << "node_b\n"; }
+  ASSERT_TRUE(copy_to_node_b(images));
+  ProcessSpec again = spec;
+  again.job_dir = dir_.path() / "node-b" / "job" / "run";
+  again.working_dir = (dir_.path() / "node-b" / "job" / "work").string();
+  again.restore_from = images;
+  auto restored = runtime_->start(again);
+  ASSERT_TRUE(restored) << restored.error().to_string();
+  auto restored_reader = OutputReader::open(restored->output_path());
+  ASSERT_TRUE(restored_reader);
+  const std::vector<Tick> after = ticks(read_until_tick(*restored_reader, last.n + 3));
+  ASSERT_FALSE(after.empty());
+  EXPECT_EQ(after.front().n, last.n + 1);
+  EXPECT_EQ(after.front().pid, last.pid);
+  EXPECT_EQ(after.back().alive, "node_b");
+  ASSERT_TRUE(restored->stop(2s));
 }
 
 TEST_F(CheckpointTest, APostCopyDumpRunsElsewhereAtOnceAndItsPagesFollow) {
