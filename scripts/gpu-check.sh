@@ -675,10 +675,12 @@ while True:
     step += 1
     time.sleep(0.1)
 PY
-  unshare --pid --fork setsid python3 "$WORK/cuda_counter.py" > "$WORK/cuda-counter.out" 2>&1 < /dev/null &
-  UNSHARE=$!; PIDS+=("$UNSHARE")
+  # In the machine's own namespaces, as NVIDIA's own example runs it (a process in a PID namespace
+  # of its own needs its own /proc for cuInit, and so a mount namespace, which the agent's jobs
+  # have: the next section). CRIU restores it with its PID, which its end left free.
+  setsid python3 "$WORK/cuda_counter.py" > "$WORK/cuda-counter.out" 2>&1 < /dev/null &
+  CPID=$!; PIDS+=("$CPID")
   sleep 3
-  CPID=$(cat "/proc/$UNSHARE/task/$UNSHARE/children" 2>/dev/null | awk '{print $1}')
   BEFORE=$(grep -c '^step' "$WORK/cuda-counter.out")
   if [ -z "$CPID" ] || [ "$BEFORE" -lt 1 ]; then
     echo "FAIL: the CUDA process did not start: $(tail -n 3 "$WORK/cuda-counter.out")"; fail=1
@@ -727,7 +729,7 @@ else
   kill "$AGENT_PID"
   sleep 2
   "$CNLAB" agent --data-dir "$WORK/agent" --join-token "$JOIN" --name gpu-check --address 127.0.0.1 --no-vgpu \
-    --cuda-checkpoint "$CUDA_CKPT" --checkpoint-grace 1s >"$WORK/agent2.out" 2>"$WORK/agent2.log" &
+    --metrics-listen 127.0.0.1:0 --cuda-checkpoint "$CUDA_CKPT" --checkpoint-grace 1s >"$WORK/agent2.out" 2>"$WORK/agent2.log" &
   PIDS+=($!)
   for _ in $(seq 100); do grep -q "running" "$WORK/agent2.out" 2>/dev/null && break; sleep 0.1; done
   grep -o "gpu_checkpoint=[a-z]*" "$WORK/agent2.log" | head -1
@@ -785,7 +787,7 @@ JOB
   # releases while it is suspended): the job must carry on on the other node, every step once,
   # device memory intact.
   "$CNLAB" agent --data-dir "$WORK/agent-b" --join-token "$("$CNLAB" admin join-token create | tail -1)" \
-    --name gpu-check-b --address 127.0.0.1 --no-vgpu --cuda-checkpoint "$CUDA_CKPT" >"$WORK/agent-b.out" 2>"$WORK/agent-b.log" &
+    --name gpu-check-b --address 127.0.0.1 --no-vgpu --metrics-listen 127.0.0.1:0 --cuda-checkpoint "$CUDA_CKPT" >"$WORK/agent-b.out" 2>"$WORK/agent-b.log" &
   PIDS+=($!)
   for _ in $(seq 100); do grep -q "running" "$WORK/agent-b.out" 2>/dev/null && break; sleep 0.1; done
   sleep 2   # its peer endpoint reaches the server with its first heartbeat
