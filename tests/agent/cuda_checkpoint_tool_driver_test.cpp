@@ -385,6 +385,17 @@ TEST_F(CudaCheckpointTool, ADriverWithoutTheCheckpointApiIsNamedTooOld) {
                              HasSubstr("r570 or newer")));
 }
 
+// --check, which the agent runs once at start before it says its node checkpoints GPU state.
+TEST_F(CudaCheckpointTool, CheckPassesOnlyWhereTheDriverHasTheCheckpointApi) {
+  const Ran here = tool({"--check"}, FAKE_CUDA_DIR);
+  EXPECT_EQ(here.exit_code, 0) << describe(here);
+  EXPECT_THAT(here.out, HasSubstr("checkpoint API is here"));
+  const Ran old = tool({"--check"}, FAKE_CUDA_R550_DIR);
+  EXPECT_EQ(old.exit_code, 1) << describe(old);
+  EXPECT_THAT(old.err, HasSubstr("r570 or newer"));
+  EXPECT_EQ(tool({"--check", "--pid", pid_text_}, FAKE_CUDA_DIR).exit_code, 2) << "--check takes no other option";
+}
+
 TEST_F(CudaCheckpointTool, WithoutADriverItSaysItCannotLoadLibcuda) {
   if (void* real = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)) {
     ::dlclose(real);

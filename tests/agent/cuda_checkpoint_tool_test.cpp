@@ -92,6 +92,15 @@ TEST(CudaCheckpointToolCommandLine, GetStateNeedsOnlyThePid) {
   EXPECT_EQ(c->pid, 4242);
 }
 
+TEST(CudaCheckpointToolCommandLine, CheckStandsAlone) {
+  auto c = parse({"--check"});
+  ASSERT_TRUE(c) << c.error;
+  EXPECT_EQ(c->operation, Operation::kCheck);
+  auto mixed = parse({"--check", "--get-state", "--pid", "1"});
+  ASSERT_FALSE(mixed);
+  EXPECT_THAT(mixed.error, HasSubstr("--check takes no other option"));
+}
+
 TEST(CudaCheckpointToolCommandLine, TheAgentsLockCarriesItsTimeout) {
   // What src/agent/runtime/cuda_checkpoint.cpp runs.
   auto c = parse({"--action", "lock", "--pid", "17", "--timeout", "5000"});

@@ -1,5 +1,6 @@
 #include "agent/cuda_checkpoint_tool/command_line.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <set>
@@ -121,6 +122,14 @@ Parsed<Command> parse_command_line(const std::vector<std::string>& args) {
   for (const std::string& arg : args) {
     if (arg == "--help" || arg == "-h") return Parsed<Command>{Command{}, ""};
   }
+  // --check, alone: whether the driver loads with its checkpoint API (what the agent asks once, at
+  // start, before it says that its node checkpoints GPU state).
+  if (std::find(args.begin(), args.end(), "--check") != args.end()) {
+    if (args.size() != 1) return fail<Command>("--check takes no other option");
+    Command check;
+    check.operation = Operation::kCheck;
+    return Parsed<Command>{check, ""};
+  }
   bool get_state = false;
   bool toggle = false;
   std::optional<std::string> action, pid, timeout, device_map;
@@ -229,6 +238,8 @@ usage:
       lets a locked process make CUDA calls again
   cnlab-cuda-checkpoint --toggle --pid PID [--timeout MS] [--device-map ...]
       running: lock and checkpoint; checkpointed: restore and unlock
+  cnlab-cuda-checkpoint --check
+      exits 0 when the driver loads with its checkpoint API (the agent asks once, at start)
   cnlab-cuda-checkpoint --help
 
 States: running -(lock)-> locked -(checkpoint)-> checkpointed -(restore)-> locked -(unlock)-> running.

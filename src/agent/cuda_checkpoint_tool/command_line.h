@@ -30,7 +30,7 @@ struct GpuPair {
   Uuid to{};
 };
 
-enum class Operation { kHelp, kGetState, kAction, kToggle };
+enum class Operation { kHelp, kCheck, kGetState, kAction, kToggle };
 enum class Action { kLock, kCheckpoint, kRestore, kUnlock };
 
 struct Command {

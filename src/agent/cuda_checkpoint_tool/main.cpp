@@ -127,6 +127,7 @@ int main(int argc, char** argv) {
   if (!loaded.driver) return fail(loaded.error);
   const Driver& driver = *loaded.driver;
   switch (command.operation) {
+    case Operation::kCheck: std::printf("the driver's checkpoint API is here\n"); return 0;
     case Operation::kGetState: return get_state(driver, command.pid);
     case Operation::kToggle: return toggle(driver, command);
     case Operation::kAction: {

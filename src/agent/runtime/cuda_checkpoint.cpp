@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -145,6 +146,17 @@ Result<int> resume(const std::string& tool, const std::vector<pid_t>& pids, cons
     ++resumed;
   }
   return resumed;
+}
+
+Status usable(const std::string& tool, milliseconds timeout) {
+  if (std::filesystem::path(tool).filename() != "cnlab-cuda-checkpoint") return {};
+  auto ran = run({tool, "--check"}, timeout);
+  if (!ran) return ran.error();
+  if (ran->exit_code != 0) {
+    return Error::of(ErrorCode::kFailedPrecondition, "cuda-checkpoint", tool,
+                     ran->output.empty() ? fmt::format("--check failed with exit code {}", ran->exit_code) : ran->output);
+  }
+  return {};
 }
 
 bool may_hold_context(pid_t pid) {

@@ -46,6 +46,11 @@ Result<int> resume(const std::string& tool, const std::vector<pid_t>& pids, cons
 // loads the driver: tenths of a second).
 bool may_hold_context(pid_t pid);
 
+// Whether `tool` can suspend CUDA state here. NVIDIA's utility is taken as it is (its presence was
+// always the test); CNLab's own (cnlab-cuda-checkpoint) is asked with `--check`, since it is
+// beside every `cnlab` binary, on machines without a driver or with one older than r570 too.
+Status usable(const std::string& tool, std::chrono::milliseconds timeout);
+
 // "old=new,old=new": the utility's --device-map; empty when every GPU stays the same.
 std::string device_map_argument(const DeviceMap& map);
 

@@ -1095,6 +1095,8 @@ Result<std::unique_ptr<Runtime>> Runtime::create(RuntimeOptions options) {
     caps.gpu_checkpoint_reason = "no NVIDIA cuda-checkpoint on this node";
   } else if (::access(options.cuda_checkpoint.c_str(), X_OK) != 0) {
     caps.gpu_checkpoint_reason = "cuda-checkpoint " + options.cuda_checkpoint + " cannot be run: " + errno_text(errno);
+  } else if (auto usable = cuda::usable(options.cuda_checkpoint, std::chrono::seconds(10)); !usable) {
+    caps.gpu_checkpoint_reason = usable.error().message;
   } else {
     caps.gpu_checkpoint = true;
   }

@@ -3,6 +3,7 @@
 // another job directory (as on another node) and carries on exactly where it was. Needs root and
 // a CRIU whose `criu check` passes (scripts/install-criu.sh builds one; CI has it); each test
 // skips with the reason otherwise.
+#include <dlfcn.h>
 #include <sys/mount.h>
 #include <unistd.h>
 
@@ -691,6 +692,16 @@ TEST(GpuCheckpointCapability, ANodeWithoutCudaCheckpointSaysWhy) {
   ASSERT_TRUE(runtime) << runtime.error().to_string();
   EXPECT_FALSE((*runtime)->capabilities().gpu_checkpoint);
   EXPECT_THAT((*runtime)->capabilities().gpu_checkpoint_reason, HasSubstr("/nonexistent/cuda-checkpoint cannot be run"));
+  // CNLab's own tool is beside every cnlab binary: it is asked whether the driver can checkpoint.
+  if (void* real = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)) {
+    ::dlclose(real);
+    return;  // a real driver here: whether it has the API is the machine's, not this test's
+  }
+  options.cuda_checkpoint = CNLAB_CUDA_CHECKPOINT_TOOL;
+  runtime = Runtime::create(options);
+  ASSERT_TRUE(runtime) << runtime.error().to_string();
+  EXPECT_FALSE((*runtime)->capabilities().gpu_checkpoint);
+  EXPECT_THAT((*runtime)->capabilities().gpu_checkpoint_reason, HasSubstr("cannot load libcuda.so.1"));
 }
 
 TEST(CheckpointCapability, WithoutNamespacesThereAreNoTransparentCheckpoints) {
