@@ -7,7 +7,9 @@
 
 #include <sys/stat.h>
 
+#include <cstdio>
 #include <fstream>
+#include <sstream>
 
 #include "agent_process.h"
 #include "fixtures.h"
@@ -132,6 +134,34 @@ TEST_F(VgpuTest, TheGpuUseOfAJobReachesTheServerAndTheAgentsMetrics) {
                                        "\"} 1073741824"));
   EXPECT_THAT(scraped->body, HasSubstr("cnlab_agent_vgpu_launches_total{job=\"" + id + "\"}"));
   EXPECT_EQ(wait_for_end(id)["status"]["phase"], "Succeeded");
+}
+
+// Two jobs of 30 and 70 blocks on one busy GPU: the agent paces their launches from what NVML says
+// each process used, and each gets its blocks' share. The NVML double samples as the real driver
+// was seen to (one process per 100 ms tick, tests/fakes/fake_nvml.cpp); on an H200 the agent's
+// controller, reading NVML every 100 ms, saw one job at a time and never paced them.
+TEST_F(VgpuTest, TwoJobsOnABusyGpuEachGetTheirBlocksShareOfIt) {
+  std::string low = submit({"launch", "spin_200us", "10", "8"}, "h100-30");
+  std::string high = submit({"launch", "spin_200us", "10", "8"}, "h100-70");
+  for (const std::string& id : {low, high}) {
+    Json job = wait_for_end(id, 60s);
+    ASSERT_EQ(job["status"]["phase"], "Succeeded") << job.dump() << output(id) << agent_->log();
+  }
+  // The double's own count of each job's GPU time (busy ns) at the probe's marks, from 5 s on.
+  auto busy_between = [&](const std::string& id, long from_ms, long to_ms) {
+    long long first = -1, last = -1;
+    std::stringstream in(output(id));
+    for (std::string line; std::getline(in, line);) {
+      long long busy = 0, at = 0;
+      if (std::sscanf(line.c_str(), "busy %lld at_ms %lld", &busy, &at) != 2 || at < from_ms || at > to_ms) continue;
+      if (first < 0) first = busy;
+      last = busy;
+    }
+    return first < 0 ? 0.0 : static_cast<double>(last - first);
+  };
+  const double got_low = busy_between(low, 5000, 9500), got_high = busy_between(high, 5000, 9500);
+  ASSERT_GT(got_low + got_high, 0) << output(low) << output(high);
+  EXPECT_NEAR(100 * got_low / (got_low + got_high), 30, 5) << output(low) << output(high) << agent_->log();
 }
 
 TEST_F(VgpuTest, ASliceLeftIdlePastItsClassLimitIsReclaimedAndAudited) {
