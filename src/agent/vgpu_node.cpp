@@ -30,84 +30,91 @@ std::string_view to_string(VgpuAction::Kind kind) {
 
 Result<std::unique_ptr<VgpuNode>> VgpuNode::open(Options options) {
   std::error_code ec;
-  fs::create_directories(options.dir / "tenants", ec);
-  if (ec) return Error::internal("cannot create " + (options.dir / "tenants").string() + ": " + ec.message());
-  // Jobs run as another user: they must reach the files, and only the agent may add to the list.
+  for (const char* sub : {"tenants", "tenant-limits"}) {
+    fs::create_directories(options.dir / sub, ec);
+    if (ec) return Error::internal("cannot create " + (options.dir / sub).string() + ": " + ec.message());
+    // Jobs run as another user: they must reach the files, and only the agent may add to the list.
+    fs::permissions(options.dir / sub, fs::perms(0755), ec);
+  }
   fs::permissions(options.dir, fs::perms(0755), ec);
-  fs::permissions(options.dir / "tenants", fs::perms(0755), ec);
+  fs::remove(options.dir / "limits", ec);  // the node-wide region of earlier versions
   if (!fs::exists(options.library, ec)) {
     return Error::not_found("--vgpu-library", options.library.string(), "the interception library is not there");
   }
   auto node = std::unique_ptr<VgpuNode>(new VgpuNode(std::move(options)));
-  std::string limits = (node->options_.dir / "limits").string();
-  vgpu::RegionError e = vgpu::create_limits(limits.c_str(), 0644, &node->limits_);
-  if (e != vgpu::RegionError::kOk) {
-    return Error::internal(fmt::format("vGPU limits region {}: {}", limits, vgpu::region_error_text(e)));
-  }
   // Tenants left from before a restart: map their regions again (their jobs may be adopted).
   for (const auto& entry : fs::directory_iterator(node->options_.dir / "tenants", ec)) {
     std::string job = entry.path().filename().string();
-    if (!vgpu::find_tenant(node->limits_.region, job.c_str())) {
+    Tenant t;
+    std::string limits = node->limits_path(job).string();
+    vgpu::LimitsRegion::Tenant* own = nullptr;
+    if (vgpu::open_limits(limits.c_str(), true, &t.limits_file) != vgpu::RegionError::kOk ||
+        !(own = vgpu::find_tenant(t.limits_file.region, job.c_str())) ||
+        vgpu::open_tenant(entry.path().c_str(), false, 0, job.c_str(), &t.region) != vgpu::RegionError::kOk) {
+      vgpu::unmap(&t.limits_file);
       fs::remove(entry.path(), ec);
+      fs::remove(limits, ec);
       continue;
     }
-    Tenant t;
-    if (vgpu::open_tenant(entry.path().c_str(), false, 0, job.c_str(), &t.region) != vgpu::RegionError::kOk) continue;
-    auto* limits_entry = vgpu::find_tenant(node->limits_.region, job.c_str());
-    for (int g = 0; g < kMaxGpus; ++g) {
-      if (limits_entry->limits.memory_limit[g].load() > 0) t.gpus.push_back(g);
-    }
+    t.limits = &own->limits;
+    const vgpu::LimitsRegion* r = t.limits_file.region;
+    for (uint32_t g = 0; g < r->gpu_count.load() && g < kMaxGpus; ++g) t.gpus.emplace_back(r->gpus[g].uuid);
     node->tenants_.emplace(job, std::move(t));
   }
   return node;
 }
 
 VgpuNode::~VgpuNode() {
-  for (auto& [job, t] : tenants_) vgpu::unmap(&t.region);
-  vgpu::unmap(&limits_);
+  for (auto& [job, t] : tenants_) {
+    vgpu::unmap(&t.region);
+    vgpu::unmap(&t.limits_file);
+  }
 }
 
 fs::path VgpuNode::tenant_path(const std::string& job) const { return options_.dir / "tenants" / job; }
+fs::path VgpuNode::limits_path(const std::string& job) const { return options_.dir / "tenant-limits" / job; }
 
-int VgpuNode::gpu_entry_locked(const std::string& uuid, uint64_t total_bytes) {
-  vgpu::LimitsRegion* r = limits_.region;
-  int found = vgpu::find_gpu(r->gpus, r->gpu_count.load(), uuid.c_str());
-  if (found >= 0) return found;
-  // A device not listed yet (a GPU, or a MIG instance created since): an empty entry, else one of
-  // a device no tenant holds any more (a destroyed MIG instance's).
-  auto held = [&](int g) {
-    for (const auto& [job, t] : tenants_) {
-      if (std::find(t.gpus.begin(), t.gpus.end(), g) != t.gpus.end()) return true;
-    }
-    return false;
-  };
-  int pick = -1;
-  for (int g = 0; g < kMaxGpus && pick < 0; ++g) {
-    if (r->gpus[g].state.load() == 0) pick = g;
-  }
-  for (int g = 0; g < kMaxGpus && pick < 0; ++g) {
-    if (!held(g)) pick = g;
-  }
-  if (pick >= 0) vgpu::set_gpu(r->gpus, &r->gpu_count, pick, static_cast<uint32_t>(pick), uuid.c_str(), total_bytes);
-  return pick;
+std::vector<std::string> VgpuNode::gpus_in_use_locked() const {
+  std::vector<std::string> uuids;
+  for (const auto& [job, t] : tenants_) uuids.insert(uuids.end(), t.gpus.begin(), t.gpus.end());
+  std::sort(uuids.begin(), uuids.end());
+  uuids.erase(std::unique(uuids.begin(), uuids.end()), uuids.end());
+  return uuids;
+}
+
+int VgpuNode::Tenant::index_of(const std::string& uuid) const {
+  auto it = std::find(gpus.begin(), gpus.end(), uuid);
+  return it == gpus.end() ? -1 : static_cast<int>(it - gpus.begin());
 }
 
 Result<std::vector<std::string>> VgpuNode::add_job(const std::string& job, const model::NodeBinding& binding,
                                                    const std::vector<GpuInfo>& gpus, std::optional<uint32_t> uid,
                                                    std::optional<uint32_t> gid) {
   std::lock_guard lock(mutex_);
-  vgpu::LimitsRegion* r = limits_.region;
-  auto* entry = vgpu::find_tenant(r, job.c_str());
-  const bool known = entry != nullptr && tenants_.count(job);
-  if (!entry) entry = vgpu::add_tenant(r, job.c_str());
-  if (!entry) return Error::failed_precondition(fmt::format("this node already runs {} jobs on its GPUs", vgpu::kMaxTenants));
+  if (!tenants_.count(job) && tenants_.size() >= static_cast<size_t>(vgpu::kMaxTenants)) {
+    return Error::failed_precondition(fmt::format("this node already runs {} jobs on its GPUs", vgpu::kMaxTenants));
+  }
+  if (binding.gpus.size() > static_cast<size_t>(kMaxGpus)) {
+    return Error::invalid_argument("placement.gpus", std::to_string(binding.gpus.size()),
+                                   fmt::format("at most {} GPUs and MIG instances", kMaxGpus));
+  }
+  for (const model::GpuBinding& b : binding.gpus) {
+    if (b.index < 0 || b.index >= static_cast<int>(gpus.size())) {
+      return Error::invalid_argument("placement.gpus.index", std::to_string(b.index), "not a GPU of this node");
+    }
+  }
   Tenant& t = tenants_[job];
-  if (!known) {
+  if (!t.limits_file) {
+    fs::path path = limits_path(job);
+    vgpu::RegionError e = vgpu::create_limits(path.c_str(), 0644, &t.limits_file);
+    if (e != vgpu::RegionError::kOk) {
+      tenants_.erase(job);
+      return Error::internal(fmt::format("vGPU limits region {}: {}", path.string(), vgpu::region_error_text(e)));
+    }
+    vgpu::LimitsRegion* r = t.limits_file.region;
+    t.limits = &vgpu::add_tenant(r, job.c_str())->limits;
     t.gpus.clear();
     for (const model::GpuBinding& b : binding.gpus) {
-      if (b.index < 0 || b.index >= static_cast<int>(gpus.size())) {
-        return Error::invalid_argument("placement.gpus.index", std::to_string(b.index), "not a GPU of this node");
-      }
       const GpuInfo& gpu = gpus[static_cast<size_t>(b.index)];
       std::string uuid = gpu.uuid;
       uint64_t total = static_cast<uint64_t>(gpu.memory_mib) * kMiB;
@@ -121,15 +128,15 @@ Result<std::vector<std::string>> VgpuNode::add_job(const std::string& job, const
           partition_blocks = profile.blocks();
         }
       }
-      int g = gpu_entry_locked(uuid, total);
-      if (g < 0) return Error::failed_precondition(fmt::format("more than {} GPUs and MIG instances in use", kMaxGpus));
+      const int g = static_cast<int>(t.gpus.size());
+      vgpu::set_gpu(r->gpus, &r->gpu_count, g, static_cast<uint32_t>(b.index), uuid.c_str(), total);
       uint64_t quota = b.vram_mib > 0 ? static_cast<uint64_t>(b.vram_mib) * kMiB : total;
-      entry->limits.memory_quota[g].store(quota);
-      entry->limits.memory_limit[g].store(quota);
+      t.limits->memory_quota[g].store(quota);
+      t.limits->memory_limit[g].store(quota);
       int share = partition_blocks > 0 ? std::clamp(b.blocks * 100 / partition_blocks, 1, 100) : 100;
-      entry->limits.compute_share[g].store(static_cast<uint32_t>(share));
-      entry->limits.launch_interval_ns[g].store(0);
-      t.gpus.push_back(g);
+      t.limits->compute_share[g].store(static_cast<uint32_t>(share));
+      t.limits->launch_interval_ns[g].store(0);
+      t.gpus.push_back(uuid);
     }
   }
   if (!t.region) {
@@ -145,7 +152,7 @@ Result<std::vector<std::string>> VgpuNode::add_job(const std::string& job, const
   spdlog::info("vgpu tenant registered job=\"{}\" gpus={}", job, t.gpus.size());
   return std::vector<std::string>{
       "LD_PRELOAD=" + options_.library.string(),
-      "CNLAB_VGPU_REGION=" + (options_.dir / "limits").string(),
+      "CNLAB_VGPU_REGION=" + limits_path(job).string(),
       "CNLAB_VGPU_DIR=" + options_.dir.string(),
       "CNLAB_VGPU_TENANT=" + job,
   };
@@ -156,11 +163,12 @@ void VgpuNode::remove_job(const std::string& job) {
   auto it = tenants_.find(job);
   if (it != tenants_.end()) {
     vgpu::unmap(&it->second.region);
+    vgpu::unmap(&it->second.limits_file);
     tenants_.erase(it);
   }
-  vgpu::remove_tenant(limits_.region, job.c_str());
   std::error_code ec;
   fs::remove(tenant_path(job), ec);
+  fs::remove(limits_path(job), ec);
 }
 
 void VgpuNode::retain_only(const std::vector<std::string>& keep) {
@@ -179,21 +187,20 @@ std::vector<VgpuTenantSample> VgpuNode::sample(Time now) {
   std::vector<VgpuTenantSample> out;
   for (auto& [job, t] : tenants_) {
     vgpu::TenantRegion* region = t.region.region;
-    auto* entry = vgpu::find_tenant(limits_.region, job.c_str());
-    if (!region || !entry) continue;
+    if (!region || !t.limits) continue;
     vgpu::reap_dead_procs(region, t.region.fd, -1);
     VgpuTenantSample s;
     s.job = job;
-    for (int g : t.gpus) {
+    for (int g = 0; g < static_cast<int>(t.gpus.size()); ++g) {
       VgpuTenantGpu gpu;
-      gpu.uuid = limits_.region->gpus[g].uuid;
+      gpu.uuid = t.gpus[static_cast<size_t>(g)];
       gpu.usage_bytes = vgpu::tenant_usage(region, g);
-      gpu.limit_bytes = entry->limits.memory_limit[g].load();
-      gpu.quota_bytes = entry->limits.memory_quota[g].load();
+      gpu.limit_bytes = t.limits->memory_limit[g].load();
+      gpu.quota_bytes = t.limits->memory_quota[g].load();
       gpu.peak_bytes = region->peak_usage[g].load();
       gpu.oom_refusals = region->oom_refusals[g].load();
-      gpu.share_percent = entry->limits.compute_share[g].load();
-      gpu.launch_interval_ns = entry->limits.launch_interval_ns[g].load();
+      gpu.share_percent = t.limits->compute_share[g].load();
+      gpu.launch_interval_ns = t.limits->launch_interval_ns[g].load();
       s.gpus.push_back(gpu);
     }
     for (int g = 0; g < kMaxGpus; ++g) {
@@ -218,24 +225,23 @@ std::vector<VgpuTenantSample> VgpuNode::sample(Time now) {
 std::vector<VgpuAction> VgpuNode::control_memory(Time now, const std::function<int(const std::string& job)>& priority_of) {
   std::lock_guard lock(mutex_);
   std::vector<VgpuAction> actions;
-  vgpu::LimitsRegion* r = limits_.region;
-  for (int g = 0; g < static_cast<int>(r->gpu_count.load()) && g < kMaxGpus; ++g) {
+  for (const std::string& uuid : gpus_in_use_locked()) {
     struct Holder {
       const std::string* job;
       Tenant* tenant;
-      vgpu::TenantLimits* limits;
+      int gpu;  // the GPU's index in the tenant's regions
       uint64_t usage, limit, quota;
     };
     std::vector<Holder> holders;
+    uint64_t total = 0;
     for (auto& [job, t] : tenants_) {
-      if (std::find(t.gpus.begin(), t.gpus.end(), g) == t.gpus.end() || !t.region) continue;
-      auto* entry = vgpu::find_tenant(r, job.c_str());
-      if (!entry) continue;
-      holders.push_back({&job, &t, &entry->limits, vgpu::tenant_usage(t.region.region, g),
-                         entry->limits.memory_limit[g].load(), entry->limits.memory_quota[g].load()});
+      const int g = t.index_of(uuid);
+      if (g < 0 || !t.region || !t.limits) continue;
+      holders.push_back({&job, &t, g, vgpu::tenant_usage(t.region.region, g), t.limits->memory_limit[g].load(),
+                         t.limits->memory_quota[g].load()});
+      total = t.limits_file.region->gpus[g].total_bytes.load();
     }
     if (holders.empty()) continue;
-    const uint64_t total = r->gpus[g].total_bytes.load();
     // What the GPU's tenants hold or were promised (their quota, or more where they use more).
     uint64_t claimed = 0, owed = 0, used = 0;
     for (const Holder& h : holders) {
@@ -249,10 +255,10 @@ std::vector<VgpuAction> VgpuNode::control_memory(Time now, const std::function<i
       for (Holder& h : holders) {
         uint64_t floor = std::max(h.quota, h.usage);
         if (h.limit > floor) {
-          h.limits->memory_limit[g].store(floor);
+          h.tenant->limits->memory_limit[h.gpu].store(floor);
           actions.push_back({VgpuAction::Kind::kBurstTakenBack, *h.job,
                              fmt::format("GPU {} short of memory: limit {} -> {} (quota {}, in use {})",
-                                         r->gpus[g].uuid, mib(h.limit), mib(floor), mib(h.quota), mib(h.usage))});
+                                         uuid, mib(h.limit), mib(floor), mib(h.quota), mib(h.usage))});
           h.limit = floor;
         }
       }
@@ -275,7 +281,7 @@ std::vector<VgpuAction> VgpuNode::control_memory(Time now, const std::function<i
           actions.push_back({VgpuAction::Kind::kMoveRequested, *cheapest->job,
                              fmt::format("GPU {} short of memory: it holds {} beyond its {} quota, which other jobs' "
                                          "quotas need ({} promised and not yet used, {} free)",
-                                         r->gpus[g].uuid, mib(cheapest->usage - cheapest->quota), mib(cheapest->quota),
+                                         uuid, mib(cheapest->usage - cheapest->quota), mib(cheapest->quota),
                                          mib(owed), mib(free_now))});
         }
       }
@@ -288,10 +294,10 @@ std::vector<VgpuAction> VgpuNode::control_memory(Time now, const std::function<i
       if (h.limit == 0 || static_cast<double>(h.usage) < options_.near_limit * static_cast<double>(h.limit)) continue;
       uint64_t step = std::max<uint64_t>(options_.min_burst, static_cast<uint64_t>(options_.burst_step * static_cast<double>(h.quota)));
       step = std::min(step, unclaimed);
-      h.limits->memory_limit[g].store(h.limit + step);
+      h.tenant->limits->memory_limit[h.gpu].store(h.limit + step);
       unclaimed -= step;
       actions.push_back({VgpuAction::Kind::kBurstGranted, *h.job,
-                         fmt::format("GPU {}: limit {} -> {} (quota {}, in use {}; {} unclaimed left)", r->gpus[g].uuid,
+                         fmt::format("GPU {}: limit {} -> {} (quota {}, in use {}; {} unclaimed left)", uuid,
                                      mib(h.limit), mib(h.limit + step), mib(h.quota), mib(h.usage), mib(unclaimed))});
     }
   }
@@ -301,25 +307,31 @@ std::vector<VgpuAction> VgpuNode::control_memory(Time now, const std::function<i
 void VgpuNode::control_compute(std::chrono::nanoseconds period,
                                const std::function<std::map<std::string, double>(const std::string& uuid)>& busy_of) {
   std::lock_guard lock(mutex_);
-  vgpu::LimitsRegion* r = limits_.region;
-  for (int g = 0; g < static_cast<int>(r->gpu_count.load()) && g < kMaxGpus; ++g) {
-    std::vector<std::pair<Tenant*, vgpu::TenantLimits*>> on_gpu;
+  for (const std::string& uuid : gpus_in_use_locked()) {
+    struct OnGpu {
+      Tenant* tenant;
+      int gpu;  // the GPU's index in the tenant's regions
+    };
+    std::vector<OnGpu> on_gpu;
     std::vector<std::string> jobs;
     for (auto& [job, t] : tenants_) {
-      if (std::find(t.gpus.begin(), t.gpus.end(), g) == t.gpus.end() || !t.region) continue;
-      if (auto* entry = vgpu::find_tenant(r, job.c_str())) {
-        on_gpu.push_back({&t, &entry->limits});
-        jobs.push_back(job);
-      }
+      const int g = t.index_of(uuid);
+      if (g < 0 || !t.region || !t.limits) continue;
+      on_gpu.push_back({&t, g});
+      jobs.push_back(job);
     }
     if (on_gpu.empty()) continue;
     bool any_limited = false;
-    for (auto& [t, limits] : on_gpu) any_limited |= limits->compute_share[g].load() < 100 || (limits->flags.load() & vgpu::kHardShare);
+    for (const OnGpu& o : on_gpu) {
+      any_limited |= o.tenant->limits->compute_share[o.gpu].load() < 100 || (o.tenant->limits->flags.load() & vgpu::kHardShare);
+    }
     if (!any_limited) continue;
-    std::map<std::string, double> busy = busy_of(r->gpus[g].uuid);
+    std::map<std::string, double> busy = busy_of(uuid);
     std::vector<vgpu::ShareInput> inputs;
     for (size_t i = 0; i < on_gpu.size(); ++i) {
-      auto [t, limits] = on_gpu[i];
+      Tenant* t = on_gpu[i].tenant;
+      const int g = on_gpu[i].gpu;
+      const vgpu::TenantLimits* limits = t->limits;
       uint64_t launches = 0, waited = 0;
       const vgpu::TenantRegion* region = t->region.region;
       for (int p = 0; p < vgpu::kMaxProcs; ++p) {
@@ -346,7 +358,7 @@ void VgpuNode::control_compute(std::chrono::nanoseconds period,
     }
     std::vector<uint64_t> intervals(inputs.size());
     vgpu::next_intervals(inputs.data(), inputs.size(), static_cast<uint64_t>(period.count()), intervals.data());
-    for (size_t i = 0; i < on_gpu.size(); ++i) on_gpu[i].second->launch_interval_ns[g].store(intervals[i]);
+    for (size_t i = 0; i < on_gpu.size(); ++i) on_gpu[i].tenant->limits->launch_interval_ns[on_gpu[i].gpu].store(intervals[i]);
   }
 }
 

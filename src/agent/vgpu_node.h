@@ -13,8 +13,12 @@
 // Every change it makes to a limit is returned as an action for the agent to report (and the
 // server to audit).
 //
-// Files: `<data-dir>/vgpu/limits` (0644, the agent's) and `<data-dir>/vgpu/tenants/<job>` (owned by
-// the user the job runs as, so that its processes can record their usage and nobody else's).
+// Files, per job: `<data-dir>/vgpu/tenant-limits/<job>` (0644, the agent's: a limits region that
+// lists only the job's GPUs and only the job) and `<data-dir>/vgpu/tenants/<job>` (owned by the user
+// the job runs as, so that its processes can record their usage and nobody else's). Both number the
+// job's GPUs 0, 1, ... in the order of its binding, never by the node's numbering: nothing a job's
+// processes hold names this node, so a dump of them can be restored onto another node's GPUs
+// (paired in the same order) with its regions written there the same way.
 // Thread-safe (one mutex).
 #pragma once
 
@@ -104,15 +108,18 @@ class VgpuNode {
 
  private:
   explicit VgpuNode(Options options) : options_(std::move(options)) {}
-  int gpu_entry_locked(const std::string& uuid, uint64_t total_bytes);
   std::filesystem::path tenant_path(const std::string& job) const;
+  std::filesystem::path limits_path(const std::string& job) const;
+  std::vector<std::string> gpus_in_use_locked() const;  // every GPU some tenant holds (UUIDs)
 
   Options options_;
   std::mutex mutex_;
-  vgpu::Mapped<vgpu::LimitsRegion> limits_;
   struct Tenant {
+    vgpu::Mapped<vgpu::LimitsRegion> limits_file;  // the job's own limits region
+    vgpu::TenantLimits* limits = nullptr;          // its one entry
     vgpu::Mapped<vgpu::TenantRegion> region;
-    std::vector<int> gpus;  // region indices the job holds
+    std::vector<std::string> gpus;  // the job's GPUs (UUIDs), by the index both regions use
+    int index_of(const std::string& uuid) const;  // -1 when the job does not hold it
     uint64_t last_activity_count = 0;
     std::optional<Time> last_active;
     std::optional<Time> last_move_request;

@@ -1,7 +1,7 @@
 // The interception library's configuration, read once from the environment when the library loads.
 //
 // With an agent (the agent sets these for every job it starts):
-//   CNLAB_VGPU_REGION   the node's limits region (read-only to jobs)
+//   CNLAB_VGPU_REGION   the tenant's limits region (read-only to jobs)
 //   CNLAB_VGPU_DIR      the directory of tenant regions (DIR/tenants/<tenant>)
 //   CNLAB_VGPU_TENANT   the tenant (the job's id)
 // Standalone (no CNLAB_VGPU_REGION; for sites that only want quotas, under Slurm say):

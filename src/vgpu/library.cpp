@@ -281,7 +281,7 @@ int gpu_of_device(cu::CUdevice device) {
     const LimitsRegion* node = l.limits_file.region;
     gpu = find_gpu(node->gpus, node->gpu_count.load(), text);
     if (gpu < 0) {
-      log_line(LogLevel::kError, "device %d (%s) is not one of this node's GPUs: its memory is refused", device, text);
+      log_line(LogLevel::kError, "device %d (%s) is not one of the GPUs the agent gave this tenant: its memory is refused", device, text);
     }
   } else {
     gpu = find_or_add_gpu(l.tenant, text, total);

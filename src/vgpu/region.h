@@ -2,9 +2,12 @@
 // few operations on it both sides need. This is vgpu's public face for the agent.
 //
 // Two kinds of file, each mapped with mmap by every process that uses it:
-//  - the node's *limits region* (`DIR/limits`), written only by the agent and mapped read-only by
-//    jobs: the node's GPUs and, per tenant (a job), its memory limit, guaranteed quota, compute share
-//    and the launch pacing the share controller decided, per GPU;
+//  - a *limits region*, written only by the agent and mapped read-only by jobs: GPUs and, per
+//    tenant (a job), its memory limit, guaranteed quota, compute share and the launch pacing the
+//    share controller decided, per GPU. The agent gives each job one of its own
+//    (`DIR/tenant-limits/<tenant>`), listing only that job and only its GPUs, numbered in the order
+//    of its binding: a job's processes neither see the node's other jobs nor hold an index of the
+//    node's, so a dump of them means the same on any node that writes its regions the same way;
 //  - one *tenant region* per tenant (`DIR/tenants/<tenant>`), written by the tenant's own processes
 //    (and the agent): which processes use CUDA (a slot each), what each holds on each GPU, their
 //    launch and copy counters, the launch pacing state, and the IPC handles the tenant exported.

@@ -383,10 +383,10 @@ TEST_P(AgentModeTest, ATenantTheAgentDidNotRegisterGetsNoCuda) {
 
 TEST_P(AgentModeTest, AGpuTheAgentDidNotListIsRefused) {
   add("train-1", 256 * kMiB);
-  limits_.region->gpus[0].uuid[10] ^= 1;  // the node's table no longer names this device
+  limits_.region->gpus[0].uuid[10] ^= 1;  // the region's table no longer names this device
   std::string out = run({"alloc", "1"}, agent_env("train-1"));
   EXPECT_EQ(field(line_of(out, "alloc"), "alloc"), 2) << out;
-  EXPECT_THAT(log(), HasSubstr("is not one of this node's GPUs"));
+  EXPECT_THAT(log(), HasSubstr("is not one of the GPUs the agent gave this tenant"));
 }
 
 INSTANTIATE_TEST_SUITE_P(BothWaysToTheDriver, InterceptionTest, ::testing::Values(PROBE_LINKED_BINARY, PROBE_DLOPEN_BINARY),
