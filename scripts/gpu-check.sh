@@ -717,18 +717,18 @@ PY
 fi
 
 section "a CUDA job checkpointed, resumed and live-migrated through the agents (cuda-checkpoint)"
-# The agent restarted with --cuda-checkpoint and --no-vgpu (a job with libcnlab-vgpu.so attached is
-# not dumped: docs/checkpoint.md); a checkpointable job on a whole GPU keeps a counter in device
-# memory and checks it every step. `cnlab checkpoint` must take a transparent ("process")
-# checkpoint with the job running on; a production job then pre-empts it, and it must resume from
-# its dump (same process, next step, device memory intact) once the GPU is free again.
+# The agent restarted with --cuda-checkpoint, running jobs with libcnlab-vgpu.so as by default (its
+# tenant region moves with the dump: docs/checkpoint.md); a checkpointable job on a whole GPU keeps
+# a counter in device memory and checks it every step. `cnlab checkpoint` must take a transparent
+# ("process") checkpoint with the job running on; a production job then pre-empts it, and it must
+# resume from its dump (same process, next step, device memory intact) once the GPU is free again.
 if [ "$(id -u)" -ne 0 ] || [ -z "$CRIU" ] || [ -z "$CUDA_CKPT" ]; then
   echo "SKIP: needs root, criu and cuda-checkpoint (as above); not counted"
 else
   api() { curl -s --cacert "$CNLAB_CA" -H "Authorization: Bearer $(cat "$CNLAB_TOKEN")" "$@"; }
   kill "$AGENT_PID"
   sleep 2
-  "$CNLAB" agent --data-dir "$WORK/agent" --join-token "$JOIN" --name gpu-check --address 127.0.0.1 --no-vgpu \
+  "$CNLAB" agent --data-dir "$WORK/agent" --join-token "$JOIN" --name gpu-check --address 127.0.0.1 \
     --metrics-listen 127.0.0.1:0 --cuda-checkpoint "$CUDA_CKPT" --checkpoint-grace 1s >"$WORK/agent2.out" 2>"$WORK/agent2.log" &
   PIDS+=($!)
   for _ in $(seq 100); do grep -q "running" "$WORK/agent2.out" 2>/dev/null && break; sleep 0.1; done
@@ -787,7 +787,7 @@ JOB
   # releases while it is suspended): the job must carry on on the other node, every step once,
   # device memory intact.
   "$CNLAB" agent --data-dir "$WORK/agent-b" --join-token "$("$CNLAB" admin join-token create | tail -1)" \
-    --name gpu-check-b --address 127.0.0.1 --no-vgpu --metrics-listen 127.0.0.1:0 --cuda-checkpoint "$CUDA_CKPT" >"$WORK/agent-b.out" 2>"$WORK/agent-b.log" &
+    --name gpu-check-b --address 127.0.0.1 --metrics-listen 127.0.0.1:0 --cuda-checkpoint "$CUDA_CKPT" >"$WORK/agent-b.out" 2>"$WORK/agent-b.log" &
   PIDS+=($!)
   for _ in $(seq 100); do grep -q "running" "$WORK/agent-b.out" 2>/dev/null && break; sleep 0.1; done
   sleep 2   # its peer endpoint reaches the server with its first heartbeat

@@ -490,10 +490,9 @@ void AgentImpl::start_peer_endpoint() {
   context_.node_tls = *tls;
   context_.incoming_dir = incoming;
   report_input_.peer_address = format_host_port({host, peer_endpoint_->port()});
-  // GPU state moves with a job only where the runtime suspends it and no vGPU region is mapped into
-  // the job (docs/checkpoint.md); where libcnlab-vgpu.so is loaded a job attaches it at its first
-  // CUDA call, so such a node takes no GPU moves.
-  report_input_.gpu_checkpoint = runtime_->capabilities().gpu_checkpoint && !context_.vgpu;
+  // GPU state moves with a job where the runtime suspends it (docs/checkpoint.md), with its vGPU
+  // tenant region where libcnlab-vgpu.so is attached.
+  report_input_.gpu_checkpoint = runtime_->capabilities().gpu_checkpoint;
   spdlog::info("live migrations on node=\"{}\" peer_address=\"{}\"", name_, report_input_.peer_address);
 }
 

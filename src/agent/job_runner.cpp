@@ -466,6 +466,19 @@ bool JobRunner::prepare_and_start() {
     if (!vgpu_env) return fail("vGPU: " + vgpu_env.error().to_string());
     apply_vgpu_environment(spec.env, *vgpu_env);
   }
+  if (restore_from && !vgpu_tenant_to_restore_.empty()) {
+    // What its processes hold on their GPUs, counted again here before they come back.
+    Status carried = context_.vgpu && !binding.gpus.empty()
+                         ? context_.vgpu->restore_tenant(job_id_, vgpu_tenant_to_restore_)
+                         : Status(Error::failed_precondition("the job holds no GPU here to count it on"));
+    if (!carried) {
+      const std::string why = "its vGPU tenant region could not be restored: " + carried.error().message;
+      if (job.status.migration) return fail("migration: " + why);
+      spdlog::warn("job process checkpoint not restored job=\"{}\" error=\"{}\"", job_id_, why);
+      start_note_ += "; its processes not restored (" + why + "): started again from the beginning";
+      restore_from.reset();
+    }
+  }
   spec.working_dir = working_dir.string();
   spec.limits.cpu_milli = job.spec.cpu_milli;
   spec.limits.memory_bytes = job.spec.memory_mib * (int64_t{1} << 20);
@@ -499,6 +512,7 @@ bool JobRunner::prepare_and_start() {
     spec.give_up_restore = [this, &restoring] { return leaving() || restoring->refused(); };
   }
   auto handle = context_.runtime->start(spec);
+  if (context_.vgpu && !vgpu_tenant_to_restore_.empty()) context_.vgpu->restored(job_id_);  // locks back, or gone
   const bool unwanted = restoring && spec.give_up_restore();
   restoring.reset();
   spec.give_up_restore = nullptr;

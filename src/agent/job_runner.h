@@ -273,6 +273,8 @@ class JobRunner {
   std::string last_stderr_;       // for the message of a failed job
   std::string start_note_;        // how it started (its checkpoint), sent with the Running report
   std::string restored_kind_;     // the kind of checkpoint restore_checkpoint put in place ("" none)
+  // prepare_restore: the tenant region a dump with libcnlab-vgpu.so attached carried ("" none).
+  std::filesystem::path vgpu_tenant_to_restore_;
   std::optional<Time> handled_checkpoint_request_;
   // After SIGUSR1 on a request: the job's own save, uploaded once it is done (upload_when_saved).
   std::optional<SaveWatch> save_watch_;

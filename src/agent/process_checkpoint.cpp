@@ -26,6 +26,7 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
 constexpr const char* kProcessMeta = "process.json";
+constexpr const char* kVgpuTenantFile = "vgpu-tenant";  // the job's tenant region, as its dump left it
 // The job's directories a process checkpoint carries (what its open files and working directory
 // refer to); run/ is the runtime's own.
 constexpr const char* kCarried[] = {"work", "artifacts", "checkpoint"};
@@ -61,12 +62,6 @@ std::string JobRunner::transparent_refusal() const {
   }
   if (!binding().gpus.empty()) {
     if (!caps.gpu_checkpoint) return "the job holds GPUs, whose state only NVIDIA's cuda-checkpoint saves: " + caps.gpu_checkpoint_reason;
-    // The library's regions are this node's, and its processes hold its slots in them: a restore
-    // (here after the slots were freed, or elsewhere) would give them another tenant's limits.
-    if (context_.vgpu && handle_->maps_file_under(context_.vgpu->dir())) {
-      return "the job's processes have libcnlab-vgpu.so attached, whose VRAM and compute limits live in this node's "
-             "regions and do not move with a dump (run the agent with --no-vgpu for transparent GPU checkpoints)";
-    }
   }
   return "";
 }
@@ -79,8 +74,15 @@ Result<JobHandle::Checkpoint> JobRunner::take_process_checkpoint(JobHandle::Afte
   fs::create_directories(process / "tree", ec);
   if (ec) return Error::internal("mkdir " + (process / "tree").string() + ": " + ec.message());
   ::chmod(process.c_str(), 0700);
+  // With libcnlab-vgpu.so attached, what its processes hold on their GPUs is counted in the job's
+  // tenant region, a file of this node's, which travels beside the images. It is copied while the
+  // processes are stopped after their dump (so it says what the dump holds): a dump that would end
+  // them leaves them stopped, and they are killed once it is copied.
+  const bool vgpu_attached = context_.vgpu && handle_->maps_file_under(context_.vgpu->dir());
+  const JobHandle::AfterDump dump_after =
+      vgpu_attached && after == JobHandle::AfterDump::kStop ? JobHandle::AfterDump::kLeaveStopped : after;
   auto taken = [&]() -> Result<JobHandle::Checkpoint> {
-    if (!lazy) return handle_->checkpoint(process / "images", after);
+    if (!lazy) return handle_->checkpoint(process / "images", dump_after);
     // CRIU's page server stays on loopback: the page gate (page_tunnel.h) is what others reach.
     auto port = free_tcp_port("127.0.0.1");
     if (!port) return port.error();
@@ -93,6 +95,16 @@ Result<JobHandle::Checkpoint> JobRunner::take_process_checkpoint(JobHandle::Afte
     (void)safe_remove_tree(process.string());
     return taken.error();
   }
+  if (vgpu_attached) {
+    Status saved = context_.vgpu->save_tenant(job_id_, process / kVgpuTenantFile);
+    if (dump_after != after) (void)handle_->stop(std::chrono::milliseconds(0));
+    if (!saved) {
+      (void)safe_remove_tree(process.string());
+      if (lazy) lazy->reset();
+      if (after == JobHandle::AfterDump::kLeaveStopped) (void)handle_->thaw();
+      return saved.error();
+    }
+  }
   // The job is gone or stopped: its files are as its memory left them.
   for (const char* name : kCarried) {
     if (!fs::exists(dir_ / name, ec)) continue;
@@ -104,10 +116,11 @@ Result<JobHandle::Checkpoint> JobRunner::take_process_checkpoint(JobHandle::Afte
     }
   }
   // The GPUs its CUDA processes were suspended from, for a restore onto others (cuda-checkpoint's device map).
-  std::ofstream(process / kProcessMeta, std::ios::trunc)
-      << Json{{"job_dir", dir_.string()}, {"node", context_.node}, {"pause_ms", taken->pause.count()},
-              {"gpus", gpu_uuids(binding(), context_.gpus->gpus())}}
-             .dump();
+  Json meta{{"job_dir", dir_.string()}, {"node", context_.node}, {"pause_ms", taken->pause.count()},
+            {"gpus", gpu_uuids(binding(), context_.gpus->gpus())}};
+  // Where the library and the job's regions were: a restore maps them where this node keeps its own.
+  if (vgpu_attached) meta["vgpu"] = {{"dir", context_.vgpu->dir().string()}, {"library", context_.vgpu->library().string()}};
+  std::ofstream(process / kProcessMeta, std::ios::trunc) << meta.dump();
   return taken;
 }
 
@@ -415,6 +428,28 @@ Result<fs::path> JobRunner::prepare_restore(const model::NodeBinding& binding,
   }
   device_map->clear();
   for (size_t i = 0; i < dumped_gpus.size(); ++i) device_map->emplace_back(dumped_gpus[i], here[i]);
+  // Dumped with libcnlab-vgpu.so attached: its regions and the library itself are mapped from where
+  // this node keeps them, and the job's tenant region takes the dump's once add_job registered it.
+  vgpu_tenant_to_restore_.clear();
+  if (meta.contains("vgpu") && meta["vgpu"].is_object()) {
+    if (!context_.vgpu) {
+      return Error::failed_precondition(
+          "its processes were dumped with libcnlab-vgpu.so attached, and this node runs jobs without it (--no-vgpu)");
+    }
+    const Json& vgpu = meta["vgpu"];
+    const std::string from_dir = vgpu.value("dir", ""), from_library = vgpu.value("library", "");
+    if (from_dir.empty() || from_library.empty() || !fs::exists(process / kVgpuTenantFile)) {
+      return Error::invalid_argument(kProcessMeta, (process / kProcessMeta).string(),
+                                     "names the vGPU library but not its regions' directory, its path or the tenant region");
+    }
+    for (const auto& [from, to] : {std::pair<fs::path, fs::path>{from_dir, context_.vgpu->dir()},
+                                   std::pair<fs::path, fs::path>{from_library, context_.vgpu->library()}}) {
+      if (from == to) continue;
+      auto rewritten = rewrite_checkpoint_paths(process / "images", from, to);
+      if (!rewritten) return rewritten.error();
+    }
+    vgpu_tenant_to_restore_ = process / kVgpuTenantFile;
+  }
   std::error_code ec;
   for (const char* name : kCarried) {
     if (!fs::exists(process / "tree" / name, ec)) continue;

@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
+#include <fstream>
 
 #include "vgpu/share_controller.h"
 
@@ -171,6 +173,57 @@ void VgpuNode::remove_job(const std::string& job) {
   fs::remove(limits_path(job), ec);
 }
 
+Status VgpuNode::save_tenant(const std::string& job, const fs::path& to) {
+  std::lock_guard lock(mutex_);
+  auto it = tenants_.find(job);
+  if (it == tenants_.end() || !it->second.region) return Error::not_found("vgpu tenant", job, "not registered here");
+  std::ofstream out(to, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(it->second.region.region), sizeof(vgpu::TenantRegion));
+  out.close();
+  if (!out) return Error::internal("cannot write " + to.string());
+  return {};
+}
+
+Status VgpuNode::restore_tenant(const std::string& job, const fs::path& from) {
+  std::ifstream in(from, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (bytes.size() != sizeof(vgpu::TenantRegion)) {
+    return Error::invalid_argument("vgpu tenant region", from.string(),
+                                   fmt::format("{} bytes, where a tenant region of this version has {}", bytes.size(),
+                                               sizeof(vgpu::TenantRegion)));
+  }
+  // Only the header is read before the check; the rest is copied as it is.
+  vgpu::TenantRegion* saved = reinterpret_cast<vgpu::TenantRegion*>(bytes.data());
+  if (saved->magic != vgpu::kTenantMagic || saved->version != vgpu::kRegionVersion ||
+      saved->size != sizeof(vgpu::TenantRegion) || std::string(saved->id, strnlen(saved->id, vgpu::kIdSize)) != job) {
+    return Error::invalid_argument("vgpu tenant region", from.string(), "not job " + job + "'s tenant region of this version");
+  }
+  std::lock_guard lock(mutex_);
+  auto it = tenants_.find(job);
+  if (it == tenants_.end() || !it->second.region) return Error::not_found("vgpu tenant", job, "not registered here");
+  Tenant& t = it->second;
+  vgpu::TenantRegion* region = t.region.region;
+  std::memcpy(static_cast<void*>(region), bytes.data(), bytes.size());
+  for (auto& due : region->next_launch_ns) due.store(0);  // CLOCK_MONOTONIC of the node that dumped it
+  for (auto& proc : region->procs) proc.host_pid.store(0);
+  // Counters carry on from what the job had done: the next control period sees only what is new.
+  for (int g = 0; g < kMaxGpus; ++g) {
+    t.last_launches[g] = t.last_waited[g] = 0;
+    for (int p = 0; p < vgpu::kMaxProcs; ++p) {
+      t.last_launches[g] += region->launches[g][p].load();
+      t.last_waited[g] += region->waited_ns[g][p].load();
+    }
+    t.last_paced[g] = region->paced_ns[g].load();
+  }
+  t.restoring = true;
+  return {};
+}
+
+void VgpuNode::restored(const std::string& job) {
+  std::lock_guard lock(mutex_);
+  if (auto it = tenants_.find(job); it != tenants_.end()) it->second.restoring = false;
+}
+
 void VgpuNode::retain_only(const std::vector<std::string>& keep) {
   std::vector<std::string> gone;
   {
@@ -188,7 +241,7 @@ std::vector<VgpuTenantSample> VgpuNode::sample(Time now) {
   for (auto& [job, t] : tenants_) {
     vgpu::TenantRegion* region = t.region.region;
     if (!region || !t.limits) continue;
-    vgpu::reap_dead_procs(region, t.region.fd, -1);
+    if (!t.restoring) vgpu::reap_dead_procs(region, t.region.fd, -1);
     VgpuTenantSample s;
     s.job = job;
     for (int g = 0; g < static_cast<int>(t.gpus.size()); ++g) {

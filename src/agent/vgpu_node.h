@@ -90,6 +90,18 @@ class VgpuNode {
                                            const std::vector<GpuInfo>& gpus, std::optional<uint32_t> uid,
                                            std::optional<uint32_t> gid);
   void remove_job(const std::string& job);
+
+  // -- A job dumped with the library attached (docs/checkpoint.md) --
+  // Writes the job's tenant region as it is now into `to`. Called while the job's processes are
+  // stopped right after their dump, so what it says they hold is what the dump holds.
+  Status save_tenant(const std::string& job, const std::filesystem::path& to);
+  // Before such a dump is restored here: the job's tenant region (add_job registered it) takes what
+  // `from` (save_tenant's file, from any node) says: its processes' slots, what each holds on each
+  // of the job's GPUs (numbered alike on every node), its counters. Launch pacing starts afresh
+  // (its clock was the other node's). The slots are not reaped until restored(job), since their
+  // processes take their record locks back only as the restore brings them back.
+  Status restore_tenant(const std::string& job, const std::filesystem::path& from);
+  void restored(const std::string& job);
   // Removes every tenant not in `keep` (after an agent restart, those whose jobs were not adopted).
   void retain_only(const std::vector<std::string>& keep);
 
@@ -120,6 +132,7 @@ class VgpuNode {
     vgpu::Mapped<vgpu::TenantRegion> region;
     std::vector<std::string> gpus;  // the job's GPUs (UUIDs), by the index both regions use
     int index_of(const std::string& uuid) const;  // -1 when the job does not hold it
+    bool restoring = false;  // restore_tenant until restored(): its slots' locks are not back yet
     uint64_t last_activity_count = 0;
     std::optional<Time> last_active;
     std::optional<Time> last_move_request;

@@ -51,8 +51,8 @@ std::string migration_refusal(const model::Job& job, const model::Node* source) 
   if (gpus.empty()) return "";
   if (source && !source->gpu_checkpoint) {
     return "the job holds GPUs, and node " + source->meta.name +
-           " does not checkpoint GPU state (its agent has no NVIDIA cuda-checkpoint, or runs jobs with "
-           "libcnlab-vgpu.so); pre-empt it instead (it resumes from its checkpoint)";
+           " does not checkpoint GPU state (its agent has no NVIDIA cuda-checkpoint); pre-empt it instead (it "
+           "resumes from its checkpoint)";
   }
   return "";
 }
@@ -196,8 +196,7 @@ std::string migration_target_refusal(const model::Job& job, const model::Node& s
   }
   const bool holds_gpus = job.status.placement.size() == 1 && !job.status.placement.front().gpus.empty();
   if (holds_gpus && !node.gpu_checkpoint) {
-    return "node " + name + " does not restore GPU state (its agent has no NVIDIA cuda-checkpoint, or runs jobs with "
-           "libcnlab-vgpu.so)";
+    return "node " + name + " does not restore GPU state (its agent has no NVIDIA cuda-checkpoint)";
   }
   if (auto gpus = migration_target_gpus(job, source, node, room); !gpus) return gpus.error().message;
   return "";

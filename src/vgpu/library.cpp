@@ -73,8 +73,9 @@ void detach_at_exit() {
   l.slot = -1;
 }
 
-// A forked child is another process: it has no slot (POSIX record locks are not inherited) and must
-// not charge the parent's. It attaches again at its first CUDA call.
+// A forked child is another process: it has no slot and must not charge the parent's. It closes its
+// copy of the tenant file's descriptor at once, so that the parent's slot lock (an open file
+// description's, region.h) goes with the parent. It attaches again at its first CUDA call.
 void reset_in_child() {
   Library& l = lib();
   if (l.tenant_file.region) {

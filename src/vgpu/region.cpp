@@ -22,8 +22,9 @@ static_assert(kMaxProcs <= 64, "active_procs is one 64-bit mask");
 // the locks never overlap anything a reader cares about.
 off_t slot_lock_offset(int slot) { return static_cast<off_t>(sizeof(TenantRegion)) + slot; }
 
+// `cmd`: F_OFD_SETLK or F_OFD_GETLK (open file description locks: region.h says why).
 bool lock_byte(int fd, off_t at, short type, int cmd) {
-  struct flock lock {};
+  struct flock lock {};  // l_pid 0, as OFD locks require
   lock.l_type = type;
   lock.l_whence = SEEK_SET;
   lock.l_start = at;
@@ -257,7 +258,7 @@ int claim_proc_slot(TenantRegion* r, int fd, int32_t pid, uint64_t start_ticks) 
   for (int slot = 0; slot < kMaxProcs; ++slot) {
     // The lock first: whoever holds it owns the slot, so a slot is never claimed twice and a claimed
     // slot with a free lock can only be a dead process's.
-    if (!lock_byte(fd, slot_lock_offset(slot), F_WRLCK, F_SETLK)) continue;
+    if (!lock_byte(fd, slot_lock_offset(slot), F_WRLCK, F_OFD_SETLK)) continue;
     ProcSlot& p = r->procs[slot];
     // A predecessor that died left its usage: the driver freed that memory with the process.
     for (int g = 0; g < kMaxGpus; ++g) r->usage[g][slot].store(0);
@@ -276,7 +277,7 @@ void release_proc_slot(TenantRegion* r, int fd, int slot) {
   r->active_procs.fetch_and(~(uint64_t{1} << slot));
   for (int g = 0; g < kMaxGpus; ++g) r->usage[g][slot].store(0);
   r->procs[slot].state.store(0);
-  lock_byte(fd, slot_lock_offset(slot), F_UNLCK, F_SETLK);
+  lock_byte(fd, slot_lock_offset(slot), F_UNLCK, F_OFD_SETLK);
 }
 
 bool proc_alive(int fd, int slot) {
@@ -285,21 +286,22 @@ bool proc_alive(int fd, int slot) {
   probe.l_whence = SEEK_SET;
   probe.l_start = slot_lock_offset(slot);
   probe.l_len = 1;
-  if (::fcntl(fd, F_GETLK, &probe) != 0) return true;  // cannot tell: assume alive
+  if (::fcntl(fd, F_OFD_GETLK, &probe) != 0) return true;  // cannot tell: assume alive
   return probe.l_type != F_UNLCK;
 }
 
-bool try_lock_controller(int fd) { return lock_byte(fd, slot_lock_offset(kMaxProcs), F_WRLCK, F_SETLK); }
+bool try_lock_controller(int fd) { return lock_byte(fd, slot_lock_offset(kMaxProcs), F_WRLCK, F_OFD_SETLK); }
 
 int reap_dead_procs(TenantRegion* r, int fd, int own_slot) {
   int reaped = 0;
   uint64_t active = r->active_procs.load();
   for (int slot = 0; slot < kMaxProcs; ++slot) {
-    // Our own slot's lock is ours already (POSIX record locks belong to the process): taking it
-    // again would succeed and unlocking it would drop it.
+    // Our own slot's lock is ours already (held through this very descriptor): taking it again
+    // would succeed and unlocking it would drop it.
     if (slot == own_slot || !(active & (uint64_t{1} << slot))) continue;
-    // Taking the lock proves the owner is gone (F_GETLK cannot see our own locks, so take it).
-    if (!lock_byte(fd, slot_lock_offset(slot), F_WRLCK, F_SETLK)) continue;
+    // Taking the lock proves the owner is gone (a lock held through this descriptor would not show
+    // as a conflict, so take it rather than ask).
+    if (!lock_byte(fd, slot_lock_offset(slot), F_WRLCK, F_OFD_SETLK)) continue;
     // Still claimed by someone else? A live claimer holds the lock, so we could not have taken it.
     if (r->procs[slot].state.load() == 1 && (r->active_procs.load() & (uint64_t{1} << slot))) {
       r->active_procs.fetch_and(~(uint64_t{1} << slot));
@@ -307,7 +309,7 @@ int reap_dead_procs(TenantRegion* r, int fd, int own_slot) {
       r->procs[slot].state.store(0);
       ++reaped;
     }
-    lock_byte(fd, slot_lock_offset(slot), F_UNLCK, F_SETLK);
+    lock_byte(fd, slot_lock_offset(slot), F_UNLCK, F_OFD_SETLK);
   }
   return reaped;
 }

@@ -16,9 +16,14 @@
 //
 // Everything shared is a lock-free std::atomic of at most 64 bits (address-free, so valid across
 // processes), laid out in fixed arrays: no pointers, no allocation, no lock on the hot path. The
-// only lock is a POSIX record lock per process slot (fcntl, one byte of the tenant file), held for
-// the process's life: the kernel drops it when the process dies, however it dies, so a dead
-// process is told from a live one without pids (which a PID namespace renumbers).
+// only lock is a record lock per process slot (one byte of the tenant file), held for the
+// process's life: the kernel drops it when the process dies, however it dies, so a dead process is
+// told from a live one without pids (which a PID namespace renumbers). It is an open file
+// description lock (F_OFD_SETLK), not a POSIX one: those belong to the process and are all dropped
+// when it closes *any* descriptor of the file, which CRIU's restore does (it opens the file again
+// for the mapping and closes it), so a restored process lost its slot and was reaped as dead. An
+// OFD lock belongs to the descriptor the library opened; a forked child closes its copy at once
+// (the library's fork handler), so the lock still goes with the process that took it.
 //
 // A tenant's usage on a GPU is the sum of its live processes' slots. Each process only adds to and
 // subtracts from its own slot, so no counter can underflow, and reaping a dead process is clearing
@@ -184,11 +189,9 @@ void release_proc_slot(TenantRegion* r, int fd, int slot);
 // Clears the slots of processes that died (their record lock is free while the slot is claimed).
 // Returns how many were reaped. Safe to call from any process that has the region open on `fd`;
 // a process holding a slot passes it as `own_slot` (-1 for none).
-//
-// POSIX record locks belong to a process and are all dropped when it closes *any* descriptor of the
-// file, so a process holding a slot must never open and close its own tenant file a second time.
 int reap_dead_procs(TenantRegion* r, int fd, int own_slot);
-// Whether slot `slot` belongs to a live process (its record lock is held by another process).
+// Whether slot `slot` belongs to a live process (its record lock is held through another open file
+// than `fd`'s).
 bool proc_alive(int fd, int slot);
 // Takes the tenant's controller lock (one more record lock byte) without blocking: true when this
 // process holds it now. Released when the process dies.

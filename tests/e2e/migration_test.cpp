@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "agent/runtime/runtime.h"
+#include "vgpu/region.h"
 #include "../fakes/held_criu.h"
 #include "agent_cluster.h"
 
@@ -1017,51 +1018,75 @@ TEST_F(GpuMigrationTest, AJobInAMigInstanceMigratesLiveIntoAnInstanceMadeForItOn
   EXPECT_EQ(layout[0]["profile"], "3g.40gb");
 }
 
-TEST_F(GpuMigrationTest, AGpuJobWithTheVgpuLibraryAttachedSavesItsOwnStateInsteadAndItIsUploaded) {
-  add_gpu_agent("node-a", /*vgpu=*/true, {"--checkpoint-grace", "10s"});
-  // What libcnlab-vgpu.so does at a job's first CUDA call: map the job's tenant region. On
-  // SIGUSR1 it saves its step into CNLAB_CHECKPOINT_DIR and carries on.
+TEST_F(GpuMigrationTest, AJobWithTheVgpuLibraryAttachedMigratesLiveAndWhatItHoldsIsCountedOnTheTarget) {
+  add_gpu_agent("node-a", /*vgpu=*/true);
+  // What libcnlab-vgpu.so does at a job's first CUDA call, done in Python (the library needs a CUDA
+  // driver whose GPUs are the node's; these nodes' are simulated): map the job's limits region
+  // read-only and its tenant region, take process slot 0 (its open file description lock, held for
+  // the process's life) and count 123 MiB held on the job's GPU 0. Each tick it says which GPU its
+  // limits region names and what its slot holds, whenever that changes.
   const std::string attach = R"(
-import mmap, os, signal, time
-f = open(os.path.join(os.environ['CNLAB_VGPU_DIR'], 'tenants', os.environ['CNLAB_VGPU_TENANT']), 'rb')
-region = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
-step = 0
-def save(*_):
-    with open(os.path.join(os.environ['CNLAB_CHECKPOINT_DIR'], 'step'), 'w') as out:
-        out.write(str(step))
-    print('saving my own state', flush=True)
-signal.signal(signal.SIGUSR1, save)
-print('attached', flush=True)
+import fcntl, mmap, os, struct, time
+env = {k: int(v) for k, v in os.environ.items() if k.startswith('AT_')}
+tenant = open(os.path.join(os.environ['CNLAB_VGPU_DIR'], 'tenants', os.environ['CNLAB_VGPU_TENANT']), 'r+b')
+region = mmap.mmap(tenant.fileno(), env['AT_TENANT_SIZE'])
+limits = open(os.environ['CNLAB_VGPU_REGION'], 'rb')
+view = mmap.mmap(limits.fileno(), 0, prot=mmap.PROT_READ)
+fcntl.fcntl(tenant.fileno(), fcntl.F_OFD_SETLK, struct.pack('hh4xqqi4x', fcntl.F_WRLCK, 0, env['AT_TENANT_SIZE'], 1, 0))
+struct.pack_into('<I', region, env['AT_SLOT0_STATE'], 1)
+struct.pack_into('<Q', region, env['AT_ACTIVE'], 1)
+struct.pack_into('<Q', region, env['AT_USAGE_GPU0_SLOT0'], 123 << 20)
+said, i = '', 0
 while True:
-    step += 1
+    uuid = view[env['AT_GPU0_UUID']:env['AT_GPU0_UUID'] + 80].split(b'\0')[0].decode()
+    held = struct.unpack_from('<Q', region, env['AT_USAGE_GPU0_SLOT0'])[0] >> 20
+    now = f'gpu {uuid} held {held} MiB'
+    if now != said:
+        print(now, flush=True)
+        said = now
+    print(f'tick {i} pid {os.getpid()} child 0 alive True', flush=True)
+    i += 1
     time.sleep(0.1)
 )";
-  Json body = job_body("default", "h100", {"python3", "-u", "-c", attach});
+  Json body = job_body("default", "h100-25", {"python3", "-u", "-c", attach});
   body["spec"]["memory_mib"] = 256;
   body["spec"]["checkpointable"] = true;
+  body["spec"]["env"] = {
+      {"AT_TENANT_SIZE", std::to_string(sizeof(vgpu::TenantRegion))},
+      {"AT_SLOT0_STATE", std::to_string(offsetof(vgpu::TenantRegion, procs) + offsetof(vgpu::ProcSlot, state))},
+      {"AT_ACTIVE", std::to_string(offsetof(vgpu::TenantRegion, active_procs))},
+      {"AT_USAGE_GPU0_SLOT0", std::to_string(offsetof(vgpu::TenantRegion, usage))},
+      {"AT_GPU0_UUID", std::to_string(offsetof(vgpu::LimitsRegion, gpus) + offsetof(vgpu::GpuEntry, uuid))}};
   std::string id = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
-  ASSERT_TRUE(eventually([&] { return !texts(logs(id)).empty(); }, 20s)) << agents_[0]->log();
-  ASSERT_EQ(texts(logs(id)).front(), "attached");
-  auto [code, said] = cnlab("checkpoint " + id);
-  EXPECT_EQ(code, 0) << said;
-  EXPECT_THAT(said, HasSubstr("checkpointed: files checkpoint sha256:")) << "what the job saved, uploaded";
-  // Its line after the agent's note arrives too: a note once took the number of the job's next
-  // output line, which the server then dropped as already stored.
-  ASSERT_TRUE(eventually([&] { return log_has(id, "saving my own state"); }, 20s))
-      << ::testing::PrintToString(texts(logs(id))) << agents_[0]->log();
-  EXPECT_TRUE(log_has(id, "no transparent one here (the job's processes have libcnlab-vgpu.so attached"))
-      << ::testing::PrintToString(texts(logs(id)));
-  // What it saved is uploaded once its directory is still: a files checkpoint, not a process one.
-  ASSERT_TRUE(eventually([&] { return get_job(*admin_, id)["status"].contains("checkpoint"); }, 20s))
-      << ::testing::PrintToString(texts(logs(id))) << agents_[0]->log();
-  const Json job = get_job(*admin_, id);
-  EXPECT_EQ(job["status"]["checkpoint"]["kind"], "files") << job.dump();
-  EXPECT_EQ(job["status"]["phase"], "Running") << "saving did not end it";
-  ASSERT_TRUE(eventually([&] { return log_has(id, "checkpoint saved by the job and uploaded: sha256:"); }, 10s))
-      << ::testing::PrintToString(texts(logs(id)));
-  auto [described, description] = cnlab("describe " + id);
-  EXPECT_THAT(description, HasSubstr("Checkpoint:  files, ")) << description;
-  EXPECT_THAT(description, Not(HasSubstr("not taken yet"))) << "the upload answers the request";
+  ASSERT_TRUE(eventually([&] { return last_tick(id) >= 5; }, 20s)) << ::testing::PrintToString(texts(logs(id)))
+                                                                   << agents_[0]->log();
+  const std::string from_gpu = gpu_uuid(id);
+  EXPECT_TRUE(log_has(id, "gpu " + from_gpu + " held 123 MiB")) << ::testing::PrintToString(texts(logs(id)));
+  add_gpu_agent("node-b", /*vgpu=*/true);
+  auto [code, said] = cnlab("migrate " + id + " --to node-b");
+  ASSERT_EQ(code, 0) << said;
+  ASSERT_TRUE(eventually([&] { return has_event(id, "Migrated") && placed_on(id) == "node-b"; }, 60s))
+      << events(id) << agents_[0]->log() << agents_[1]->log();
+  const int moved_at = last_tick(id);
+  ASSERT_TRUE(eventually([&] { return last_tick(id) >= moved_at + 5; }, 20s)) << agents_[1]->log();
+  expect_unbroken(ticks(texts(logs(id))), moved_at + 5);
+  // Its regions are node-b's now: its limits region names the GPU it was bound to there, and the
+  // 123 MiB it holds came with it, counted for node-b's agent too (its slot's lock came back with
+  // the restore, so the slot was not taken for a dead process's).
+  const std::string to_gpu = gpu_uuid(id);
+  EXPECT_THAT(to_gpu, ::testing::StartsWith("GPU-node-b-"));
+  EXPECT_TRUE(log_has(id, "gpu " + to_gpu + " held 123 MiB")) << ::testing::PrintToString(texts(logs(id)));
+  auto metrics = net::Client::connect({agents_[1]->metrics_url(), "", ""});
+  ASSERT_TRUE(metrics);
+  const std::string used = "cnlab_agent_vgpu_memory_used_bytes{job=\"" + id + "\",uuid=\"" + to_gpu + "\"} " +
+                           std::to_string(123 << 20);
+  std::string scraped_text;
+  EXPECT_TRUE(eventually([&] {
+    auto scraped = (*metrics)->request("GET", "/metrics");
+    scraped_text = scraped ? scraped->body : "";
+    return scraped_text.find(used) != std::string::npos;
+  }, 5s)) << used << "\n" << scraped_text << ::testing::PrintToString(texts(logs(id))) << agents_[1]->log();
+  EXPECT_FALSE(log_has(id, "libcnlab-vgpu.so attached")) << "no fallback to the job's own save";
   cancel_and_wait(id);
 }
 

@@ -382,10 +382,12 @@ SharedDevice* open_shared(const std::string& dir, const DeviceConfig& device, st
     int linked = link(tmp.c_str(), path.c_str());
     int saved = errno;
     unlink(tmp.c_str());
+    close(tfd);
     if (linked == 0) {
-      fd = tfd;
+      // Mapped through its own name, not the private one just unlinked: a process holding a
+      // mapping of an unlinked file cannot be dumped by CRIU (as a job with its GPU is).
+      fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
     } else {
-      close(tfd);
       if (saved != EEXIST) {
         error = "cannot link " + tmp + " to " + path + ": " + std::strerror(saved);
         return nullptr;

@@ -464,6 +464,27 @@ int grow(int, char** argv) {
   return 0;
 }
 
+// grow-when FILE STEP_MIB: allocate STEP until refused, say how much it holds and what
+// cuMemGetInfo says; then, each time FILE appears, remove it and do the same again (for a job that
+// is dumped and restored meanwhile, whose stdin the test does not hold).
+int grow_when(int, char** argv) {
+  const char* trigger = argv[2];
+  size_t step = std::strtoull(argv[3], nullptr, 10) * kMiB;
+  std::vector<CUdeviceptr> held;
+  for (;;) {
+    for (;;) {
+      CUdeviceptr p = 0;
+      if (d.MemAlloc(&p, step) != CUDA_SUCCESS) break;
+      held.push_back(p);
+    }
+    say("holding_mib", static_cast<long long>(held.size() * step / kMiB));
+    info("grow");
+    std::fflush(stdout);
+    while (::access(trigger, F_OK) != 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ::unlink(trigger);
+  }
+}
+
 // grow-for SECONDS STEP_MIB: allocate STEP until refused, again every 200 ms for SECONDS (its limit
 // may grow meanwhile); say how much it holds whenever that changes.
 int grow_for(int, char** argv) {
@@ -620,6 +641,7 @@ int main(int argc, char** argv) {
   else if (scenario == "paths") every_path(argc, argv);
   else if (scenario == "vmm-map-release") vmm_release_while_mapped(argc, argv);
   else if (scenario == "hold") hold_memory(argc, argv);
+  else if (scenario == "grow-when") grow_when(argc, argv);
   else if (scenario == "ipc-export") ipc_export(argc, argv);
   else if (scenario == "ipc-open") ipc_open(argc, argv);
   else if (scenario == "vmm-export") vmm_export(argc, argv);
