@@ -619,6 +619,22 @@ net::Response Api::report_job_status(const Call& call) {
   if (run_lost) detail["requeue"] = true;
   if (!checkpoint_failed.empty()) detail["checkpoint_failed"] = checkpoint_failed;
   Json audit = audit_record(call, "jobs.status", id, "ok", detail);
+  // A GPU short of memory: the job named moves live to the node with the most room for it (its GPU
+  // state and vGPU tenant region go with its dump), where it can; else it goes back to the queue.
+  // Chosen and recorded with no scheduler cycle in between, which could spend that room.
+  std::unique_lock<std::mutex> no_cycle;
+  std::optional<MigrationTarget> move_to;
+  if (!move_requested.empty()) {
+    no_cycle = ctx_.hold_scheduler();
+    move_to = ctx_.cache.read([&](const ObjectCache& c) -> std::optional<MigrationTarget> {
+      auto from = c.nodes.get(call.caller.node);
+      if (!from.object || !migration_refusal(*cached->object, from.object.get()).empty()) return std::nullopt;
+      auto target = roomiest_migration_target(c, *cached->object, *from.object, free_room(c));
+      // A MIG instance to be made on the target first: only `cnlab migrate` makes one.
+      if (!target || !target->gpus.new_instances.empty()) return std::nullopt;
+      return *target;
+    });
+  }
   std::optional<double> start_latency;
   std::pair<std::string, std::string> move_ended;  // a move that ended: its outcome and, migrated, its mode
   int64_t move_pause_ms = 0;
@@ -695,12 +711,16 @@ net::Response Api::report_job_status(const Call& call) {
             changed = true;
           }
           if (!move_requested.empty()) {
-            // No live migration yet: moving is pre-empting it back to the queue (a checkpointable
-            // job resumes from its latest checkpoint), which frees the memory the others need.
             job.status.events.push_back(event(model::JobEventType::kMoveRequested, call.now, move_requested));
-            preempt(job, call.now,
-                    "moved off node " + call.caller.node + " (GPU short of memory)" +
-                        (job.spec.checkpointable ? "; resumes from its latest checkpoint" : "; restarts from the beginning"));
+            if (move_to && migration_refusal(job, nullptr).empty()) {
+              ask_to_migrate(job, *move_to, call.now, "to free GPU memory on " + call.caller.node);
+            } else {
+              // Pre-empted back to the queue (a checkpointable job resumes from its latest
+              // checkpoint), which frees the memory the others need as surely.
+              preempt(job, call.now,
+                      "moved off node " + call.caller.node + " (GPU short of memory)" +
+                          (job.spec.checkpointable ? "; resumes from its latest checkpoint" : "; restarts from the beginning"));
+            }
             changed = true;
           }
           return changed;

@@ -1018,15 +1018,15 @@ TEST_F(GpuMigrationTest, AJobInAMigInstanceMigratesLiveIntoAnInstanceMadeForItOn
   EXPECT_EQ(layout[0]["profile"], "3g.40gb");
 }
 
-TEST_F(GpuMigrationTest, AJobWithTheVgpuLibraryAttachedMigratesLiveAndWhatItHoldsIsCountedOnTheTarget) {
-  add_gpu_agent("node-a", /*vgpu=*/true);
-  // What libcnlab-vgpu.so does at a job's first CUDA call, done in Python (the library needs a CUDA
-  // driver whose GPUs are the node's; these nodes' are simulated): map the job's limits region
-  // read-only and its tenant region, take process slot 0 (its open file description lock, held for
-  // the process's life) and count 123 MiB held on the job's GPU 0. Each tick it says which GPU its
-  // limits region names and what its slot holds, whenever that changes.
+// What libcnlab-vgpu.so does at a job's first CUDA call, done in Python (the library needs a CUDA
+// driver whose GPUs are the node's; these nodes' are simulated): map the job's limits region
+// read-only and its tenant region, take process slot 0 (its open file description lock, held for
+// the process's life) and count `mib` held on the job's GPU 0; `grow_to_mib` more once its work
+// directory has a file "grow". Each tick it says which GPU its limits region names and what its
+// slot holds, whenever that changes.
+Json vgpu_attached_job(const std::string& gpu, int mib, int grow_to_mib = 0) {
   const std::string attach = R"(
-import fcntl, mmap, os, struct, time
+import fcntl, mmap, os, struct, sys, time
 env = {k: int(v) for k, v in os.environ.items() if k.startswith('AT_')}
 tenant = open(os.path.join(os.environ['CNLAB_VGPU_DIR'], 'tenants', os.environ['CNLAB_VGPU_TENANT']), 'r+b')
 region = mmap.mmap(tenant.fileno(), env['AT_TENANT_SIZE'])
@@ -1035,9 +1035,11 @@ view = mmap.mmap(limits.fileno(), 0, prot=mmap.PROT_READ)
 fcntl.fcntl(tenant.fileno(), fcntl.F_OFD_SETLK, struct.pack('hh4xqqi4x', fcntl.F_WRLCK, 0, env['AT_TENANT_SIZE'], 1, 0))
 struct.pack_into('<I', region, env['AT_SLOT0_STATE'], 1)
 struct.pack_into('<Q', region, env['AT_ACTIVE'], 1)
-struct.pack_into('<Q', region, env['AT_USAGE_GPU0_SLOT0'], 123 << 20)
+struct.pack_into('<Q', region, env['AT_USAGE_GPU0_SLOT0'], int(sys.argv[1]) << 20)
 said, i = '', 0
 while True:
+    if int(sys.argv[2]) and os.path.exists('grow'):
+        struct.pack_into('<Q', region, env['AT_USAGE_GPU0_SLOT0'], int(sys.argv[2]) << 20)
     uuid = view[env['AT_GPU0_UUID']:env['AT_GPU0_UUID'] + 80].split(b'\0')[0].decode()
     held = struct.unpack_from('<Q', region, env['AT_USAGE_GPU0_SLOT0'])[0] >> 20
     now = f'gpu {uuid} held {held} MiB'
@@ -1048,7 +1050,7 @@ while True:
     i += 1
     time.sleep(0.1)
 )";
-  Json body = job_body("default", "h100-25", {"python3", "-u", "-c", attach});
+  Json body = job_body("default", gpu, {"python3", "-u", "-c", attach, std::to_string(mib), std::to_string(grow_to_mib)});
   body["spec"]["memory_mib"] = 256;
   body["spec"]["checkpointable"] = true;
   body["spec"]["env"] = {
@@ -1057,7 +1059,12 @@ while True:
       {"AT_ACTIVE", std::to_string(offsetof(vgpu::TenantRegion, active_procs))},
       {"AT_USAGE_GPU0_SLOT0", std::to_string(offsetof(vgpu::TenantRegion, usage))},
       {"AT_GPU0_UUID", std::to_string(offsetof(vgpu::LimitsRegion, gpus) + offsetof(vgpu::GpuEntry, uuid))}};
-  std::string id = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
+  return body;
+}
+
+TEST_F(GpuMigrationTest, AJobWithTheVgpuLibraryAttachedMigratesLiveAndWhatItHoldsIsCountedOnTheTarget) {
+  add_gpu_agent("node-a", /*vgpu=*/true);
+  std::string id = call(*admin_, "POST", "/v1/jobs", 201, vgpu_attached_job("h100-25", 123))["metadata"]["name"];
   ASSERT_TRUE(eventually([&] { return last_tick(id) >= 5; }, 20s)) << ::testing::PrintToString(texts(logs(id)))
                                                                    << agents_[0]->log();
   const std::string from_gpu = gpu_uuid(id);
@@ -1088,6 +1095,39 @@ while True:
   }, 5s)) << used << "\n" << scraped_text << ::testing::PrintToString(texts(logs(id))) << agents_[1]->log();
   EXPECT_FALSE(log_has(id, "libcnlab-vgpu.so attached")) << "no fallback to the job's own save";
   cancel_and_wait(id);
+}
+
+// A GPU short of the memory its tenants were promised: the agent names the job holding more than
+// its quota, and the server moves it live to a node with room for it, rather than back to the
+// queue. It carries on there, its ticks unbroken; the job it left room for stays where it was.
+TEST_F(GpuMigrationTest, AJobHoldingMoreThanItsQuotaOnAGpuShortOfMemoryMovesLiveToANodeWithRoom) {
+  add_gpu_agent("node-a", /*vgpu=*/true, {}, "h100x1");
+  add_gpu_agent("node-b", /*vgpu=*/true, {}, "h100x1");
+  call(*admin_, "POST", "/v1/nodes/node-b/cordon", 200);  // both jobs start on node-a's one GPU
+  Json owed = job_body("default", "h100-50", {"sleep", "600"});
+  owed["spec"]["memory_mib"] = 64;
+  std::string other = call(*admin_, "POST", "/v1/jobs", 201, owed)["metadata"]["name"];
+  // 25 blocks of an 80 GiB H100 are a 20 GiB quota; it grows to 60 GiB, leaving the other job
+  // 20 GiB of its 40.
+  std::string id = call(*admin_, "POST", "/v1/jobs", 201, vgpu_attached_job("h100-25", 1024, 60 * 1024))["metadata"]["name"];
+  ASSERT_TRUE(eventually([&] { return last_tick(id) >= 5 && get_job(*admin_, other)["status"]["phase"] == "Running"; }, 20s))
+      << ::testing::PrintToString(texts(logs(id))) << agents_[0]->log();
+  EXPECT_EQ(placed_on(other), "node-a");
+  call(*admin_, "POST", "/v1/nodes/node-b/uncordon", 200);
+  std::ofstream(nodes_.path() + "/agent-node-a/jobs/" + agent::cgroup_name_for(id) + "/work/grow") << "";
+  ASSERT_TRUE(eventually([&] { return has_event(id, "Migrated") && placed_on(id) == "node-b"; }, 60s))
+      << events(id) << agents_[0]->log() << agents_[1]->log();
+  EXPECT_TRUE(has_event(id, "MoveRequested")) << events(id);
+  EXPECT_FALSE(has_event(id, "Preempted")) << events(id);
+  const int moved_at = last_tick(id);
+  ASSERT_TRUE(eventually([&] { return last_tick(id) >= moved_at + 5; }, 20s)) << agents_[1]->log();
+  expect_unbroken(ticks(texts(logs(id))), moved_at + 5);
+  EXPECT_TRUE(log_has(id, "gpu " + gpu_uuid(id) + " held 61440 MiB")) << ::testing::PrintToString(texts(logs(id)));
+  const Json left = get_job(*admin_, other);
+  EXPECT_EQ(left["status"]["phase"], "Running") << left.dump();
+  EXPECT_EQ(placed_on(other), "node-a");
+  cancel_and_wait(id);
+  cancel_and_wait(other);
 }
 
 TEST_F(GpuMigrationTest, AJobThatDoesNotHandleTheCheckpointSignalIsNotSentItAndRunsOn) {
