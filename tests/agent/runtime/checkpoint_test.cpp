@@ -130,6 +130,23 @@ class CheckpointTest : public ::testing::Test {
     return rewrite_checkpoint_paths(images, from, to);
   }
 
+  // `again` (the job's copy on node-b) restored from `images`; its ticks until `until`.
+  struct Restored {
+    std::optional<JobHandle> job;
+    std::vector<Tick> ticks;
+  };
+  void restore(ProcessSpec again, const fs::path& images, int until, Restored* out,
+               std::chrono::milliseconds timeout = 15s) {
+    again.restore_from = images;
+    auto restored = runtime_->start(again);
+    ASSERT_TRUE(restored) << restored.error().to_string();
+    out->job = *restored;
+    auto reader = OutputReader::open(restored->output_path());
+    ASSERT_TRUE(reader);
+    out->ticks = ticks(read_until_tick(*reader, until, timeout));
+    ASSERT_FALSE(out->ticks.empty());
+  }
+
   // Whether a job just frozen prints nothing for half a second (past what the shim had read).
   static bool prints_nothing(OutputReader& reader) {
     std::this_thread::sleep_for(300ms);
@@ -162,13 +179,10 @@ class CheckpointTest : public ::testing::Test {
     out->before = ticks(before);
     ASSERT_FALSE(out->before.empty());
     ASSERT_TRUE(copy_to_node_b(images));
-    again.restore_from = images;
-    auto restored = runtime_->start(again);
-    ASSERT_TRUE(restored) << restored.error().to_string();
-    out->restored = *restored;
-    auto restored_reader = OutputReader::open(restored->output_path());
-    ASSERT_TRUE(restored_reader);
-    out->after = ticks(read_until_tick(*restored_reader, out->before.back().n + 3, 5s));
+    Restored restored;
+    restore(std::move(again), images, out->before.back().n + 3, &restored, 5s);
+    out->restored = restored.job;
+    out->after = restored.ticks;
   }
 
   std::vector<int> counter_file(const std::string& node) {
@@ -210,14 +224,10 @@ TEST_F(CheckpointTest, AJobDumpedOnOneNodeCarriesOnExactlyWhereItWasInAnotherDir
   ASSERT_TRUE(rewritten) << rewritten.error().to_string();
   EXPECT_GE(*rewritten, 2) << "the open counter.txt and the working directory";
 
-  ProcessSpec again = counter_job("node-b");
-  again.restore_from = images;
-  auto restored = runtime_->start(again);
-  ASSERT_TRUE(restored) << restored.error().to_string();
-  auto restored_reader = OutputReader::open(restored->output_path());
-  ASSERT_TRUE(restored_reader);
-  const std::vector<Tick> after = ticks(read_until_tick(*restored_reader, last.n + 5));
-  ASSERT_FALSE(after.empty());
+  Restored restored;
+  restore(counter_job("node-b"), images, last.n + 5, &restored);
+  ASSERT_TRUE(restored.job);
+  const std::vector<Tick>& after = restored.ticks;
   // No gap, no repeat: the first tick after the restore is the next one, with the same process
   // (its PID in its namespace), the same child, still alive.
   EXPECT_EQ(after.front().n, last.n + 1);
@@ -226,7 +236,7 @@ TEST_F(CheckpointTest, AJobDumpedOnOneNodeCarriesOnExactlyWhereItWasInAnotherDir
   EXPECT_EQ(after.front().child, last.child);
   EXPECT_EQ(after.back().alive, "True");
 
-  auto stopped = restored->stop(2s);
+  auto stopped = restored.job->stop(2s);
   ASSERT_TRUE(stopped) << stopped.error().to_string();
   // The file it kept open was appended to at its offset: every number once, in order.
   const std::vector<int> counted = counter_file("node-b");
@@ -283,17 +293,13 @@ while True:
   ProcessSpec again = spec;
   again.job_dir = dir_.path() / "node-b" / "job" / "run";
   again.working_dir = (dir_.path() / "node-b" / "job" / "work").string();
-  again.restore_from = images;
-  auto restored = runtime_->start(again);
-  ASSERT_TRUE(restored) << restored.error().to_string();
-  auto restored_reader = OutputReader::open(restored->output_path());
-  ASSERT_TRUE(restored_reader);
-  const std::vector<Tick> after = ticks(read_until_tick(*restored_reader, last.n + 3));
-  ASSERT_FALSE(after.empty());
-  EXPECT_EQ(after.front().n, last.n + 1);
-  EXPECT_EQ(after.front().pid, last.pid);
-  EXPECT_EQ(after.back().alive, "node_b");
-  ASSERT_TRUE(restored->stop(2s));
+  Restored restored;
+  restore(again, images, last.n + 3, &restored);
+  ASSERT_TRUE(restored.job);
+  EXPECT_EQ(restored.ticks.front().n, last.n + 1);
+  EXPECT_EQ(restored.ticks.front().pid, last.pid);
+  EXPECT_EQ(restored.ticks.back().alive, "node_b");
+  ASSERT_TRUE(restored.job->stop(2s));
 }
 
 TEST_F(CheckpointTest, APostCopyDumpRunsElsewhereAtOnceAndItsPagesFollow) {
@@ -588,20 +594,16 @@ TEST_F(GpuCheckpointTest, ACudaProcessIsSuspendedForItsDumpAndResumedOntoTheGpus
 
   ASSERT_TRUE(copy_to_node_b(images));
   ProcessSpec again = cuda_job("node-b");
-  again.restore_from = images;
   again.gpu_device_map = {{"GPU-node-a-1", "GPU-node-b-0"}};
-  auto restored = runtime_->start(again);
-  ASSERT_TRUE(restored) << restored.error().to_string();
-  auto restored_reader = OutputReader::open(restored->output_path());
-  ASSERT_TRUE(restored_reader);
-  const std::vector<Tick> after = ticks(read_until_tick(*restored_reader, last.n + 3));
-  ASSERT_FALSE(after.empty());
-  EXPECT_EQ(after.front().n, last.n + 1) << "carried on from where it was dumped";
-  EXPECT_EQ(after.front().pid, pid);
+  Restored restored;
+  restore(again, images, last.n + 3, &restored);
+  ASSERT_TRUE(restored.job);
+  EXPECT_EQ(restored.ticks.front().n, last.n + 1) << "carried on from where it was dumped";
+  EXPECT_EQ(restored.ticks.front().pid, pid);
   // Restored onto node-b's GPU (the device map) and unlocked: its CUDA calls run again.
   EXPECT_THAT(cuda_actions("node-b"), ElementsAre(pid + " lock", pid + " checkpoint",
                                                   pid + " restore GPU-node-a-1=GPU-node-b-0", pid + " unlock"));
-  ASSERT_TRUE(restored->stop(2s));
+  ASSERT_TRUE(restored.job->stop(2s));
 }
 
 TEST_F(GpuCheckpointTest, ADumpThatLeavesTheJobRunningOrStoppedResumesItsCudaStateWhenItRuns) {
