@@ -932,13 +932,8 @@ class GpuMigrationTest : public MigrationTest {
     const std::string pid = ticks(texts(logs(id))).back().pid;
     add_gpu_agent("node-b", /*vgpu=*/false, flags, gpus);
     EXPECT_EQ(get_job(*admin_, id)["status"]["placement"][0]["node"], "node-a");
-    auto [code, said] = cnlab("migrate " + id + " --to node-b");
-    ASSERT_EQ(code, 0) << said;
-    ASSERT_TRUE(eventually([&] { return has_event(id, "Migrated") && placed_on(id) == "node-b"; }, 60s))
-        << events(id) << agents_[0]->log() << agents_[1]->log();
-    const int moved_at = last_tick(id);
-    ASSERT_TRUE(eventually([&] { return last_tick(id) >= moved_at + 5; }, 20s)) << agents_[1]->log();
-    expect_unbroken(ticks(texts(logs(id))), moved_at + 5);
+    migrate_to_node_b_unbroken(id);
+    if (HasFatalFailure()) return;
     const std::string to_gpu = gpu_uuid(id);
     EXPECT_THAT(to_gpu, ::testing::StartsWith(target_prefix)) << "bound to a GPU of node-b";
     EXPECT_THAT(cuda_actions("node-b", id), ElementsAre(pid + " lock", pid + " checkpoint",
@@ -949,6 +944,16 @@ class GpuMigrationTest : public MigrationTest {
     EXPECT_THAT(agents_[0]->log(), HasSubstr("job stopping job=\"" + id + "\" reason=gone checkpoint=false transparent=false at_once=true"));
     record_pause(id);
     cancel_and_wait(id);
+  }
+  // `cnlab migrate ID --to node-b`: the job runs there, its ticks every one once, 5 past the move.
+  void migrate_to_node_b_unbroken(const std::string& id) {
+    auto [code, said] = cnlab("migrate " + id + " --to node-b");
+    ASSERT_EQ(code, 0) << said;
+    ASSERT_TRUE(eventually([&] { return has_event(id, "Migrated") && placed_on(id) == "node-b"; }, 60s))
+        << events(id) << agents_[0]->log() << agents_[1]->log();
+    const int moved_at = last_tick(id);
+    ASSERT_TRUE(eventually([&] { return last_tick(id) >= moved_at + 5; }, 20s)) << agents_[1]->log();
+    expect_unbroken(ticks(texts(logs(id))), moved_at + 5);
   }
   std::string submit_cuda_counter(const std::string& gpu = "h100") {
     Json body = job_body("default", gpu, {"python3", "-u", CNLAB_CUDA_COUNTER_JOB});
@@ -1070,13 +1075,8 @@ TEST_F(GpuMigrationTest, AJobWithTheVgpuLibraryAttachedMigratesLiveAndWhatItHold
   const std::string from_gpu = gpu_uuid(id);
   EXPECT_TRUE(log_has(id, "gpu " + from_gpu + " held 123 MiB")) << ::testing::PrintToString(texts(logs(id)));
   add_gpu_agent("node-b", /*vgpu=*/true);
-  auto [code, said] = cnlab("migrate " + id + " --to node-b");
-  ASSERT_EQ(code, 0) << said;
-  ASSERT_TRUE(eventually([&] { return has_event(id, "Migrated") && placed_on(id) == "node-b"; }, 60s))
-      << events(id) << agents_[0]->log() << agents_[1]->log();
-  const int moved_at = last_tick(id);
-  ASSERT_TRUE(eventually([&] { return last_tick(id) >= moved_at + 5; }, 20s)) << agents_[1]->log();
-  expect_unbroken(ticks(texts(logs(id))), moved_at + 5);
+  migrate_to_node_b_unbroken(id);
+  if (HasFatalFailure()) return;
   // Its regions are node-b's now: its limits region names the GPU it was bound to there, and the
   // 123 MiB it holds came with it, counted for node-b's agent too (its slot's lock came back with
   // the restore, so the slot was not taken for a dead process's).

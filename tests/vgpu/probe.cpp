@@ -447,19 +447,24 @@ int vmm_import(int, char** argv) {
 
 // grow MIB STEP_MIB: allocate STEP until refused, say how much it got; repeat each time stdin
 // gives a line (the test resizes the quota in between); exit at EOF.
+// Allocates `step` bytes at a time into `held` until refused; says how much it holds, and the view.
+void grow_until_refused(std::vector<CUdeviceptr>& held, size_t step) {
+  for (;;) {
+    CUdeviceptr p = 0;
+    if (d.MemAlloc(&p, step) != CUDA_SUCCESS) break;
+    held.push_back(p);
+  }
+  say("holding_mib", static_cast<long long>(held.size() * step / kMiB));
+  info("grow");
+  std::fflush(stdout);
+}
+
 int grow(int, char** argv) {
   size_t step = std::strtoull(argv[2], nullptr, 10) * kMiB;
   std::vector<CUdeviceptr> held;
   char line[64];
   do {
-    for (;;) {
-      CUdeviceptr p = 0;
-      if (d.MemAlloc(&p, step) != CUDA_SUCCESS) break;
-      held.push_back(p);
-    }
-    say("holding_mib", static_cast<long long>(held.size() * step / kMiB));
-    info("grow");
-    std::fflush(stdout);
+    grow_until_refused(held, step);
   } while (std::fgets(line, sizeof line, stdin));
   return 0;
 }
@@ -472,14 +477,7 @@ int grow_when(int, char** argv) {
   size_t step = std::strtoull(argv[3], nullptr, 10) * kMiB;
   std::vector<CUdeviceptr> held;
   for (;;) {
-    for (;;) {
-      CUdeviceptr p = 0;
-      if (d.MemAlloc(&p, step) != CUDA_SUCCESS) break;
-      held.push_back(p);
-    }
-    say("holding_mib", static_cast<long long>(held.size() * step / kMiB));
-    info("grow");
-    std::fflush(stdout);
+    grow_until_refused(held, step);
     while (::access(trigger, F_OK) != 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     ::unlink(trigger);
   }
