@@ -96,14 +96,13 @@ Result<JobHandle::Checkpoint> JobRunner::take_process_checkpoint(JobHandle::Afte
     return taken.error();
   }
   if (vgpu_attached) {
-    Status saved = context_.vgpu->save_tenant(job_id_, process / kVgpuTenantFile);
-    if (dump_after != after) (void)handle_->stop(std::chrono::milliseconds(0));
-    if (!saved) {
+    if (Status saved = context_.vgpu->save_tenant(job_id_, process / kVgpuTenantFile); !saved) {
       (void)safe_remove_tree(process.string());
       if (lazy) lazy->reset();
-      if (after == JobHandle::AfterDump::kLeaveStopped) (void)handle_->thaw();
+      if (dump_after == JobHandle::AfterDump::kLeaveStopped) (void)handle_->thaw();  // runs on, as after a failed dump
       return saved.error();
     }
+    if (dump_after != after) (void)handle_->stop(std::chrono::milliseconds(0));
   }
   // The job is gone or stopped: its files are as its memory left them.
   for (const char* name : kCarried) {

@@ -712,7 +712,9 @@ net::Response Api::report_job_status(const Call& call) {
           }
           if (!move_requested.empty()) {
             job.status.events.push_back(event(model::JobEventType::kMoveRequested, call.now, move_requested));
-            if (move_to && migration_refusal(job, nullptr).empty()) {
+            if (job.status.migration) {
+              // Already moving (asked again while its dump is under way): that frees the memory.
+            } else if (move_to && migration_refusal(job, nullptr).empty()) {
               ask_to_migrate(job, *move_to, call.now, "to free GPU memory on " + call.caller.node);
             } else {
               // Pre-empted back to the queue (a checkpointable job resumes from its latest

@@ -254,5 +254,42 @@ TEST_F(MigrateApiTest, AnAgentSaysWhyACheckpointWasNotTakenAndTheJobRunsOn) {
   EXPECT_EQ(metric("cnlab_checkpoints_total{outcome=\"not_taken\"}"), 1);
 }
 
+// The vGPU memory controller's request to move a job off a GPU short of memory (the agent's
+// `move_requested`): a live move where another node can take the job, the queue where none can,
+// and nothing more while the job is already moving.
+TEST_F(MigrateApiTest, AJobNamedToFreeGpuMemoryMovesLiveWhereItCanAndIsRequeuedWhereItCannot) {
+  auto types = [&](const std::string& id) {
+    std::vector<std::string> out;
+    const Json job = get_job(*admin_, id);
+    for (const auto& e : job["status"]["events"]) out.push_back(e["type"]);
+    return out;
+  };
+  const Json asked = {{"phase", "Running"}, {"move_requested", "GPU-x short of memory"}};
+  std::string alone = running_job(1000);
+  call(*source_, "PUT", "/v1/jobs/" + alone + "/status", 200, asked);
+  Json requeued = get_job(*admin_, alone);
+  EXPECT_EQ(requeued["status"]["phase"], "Pending") << "no other node: back to the queue";
+  EXPECT_THAT(types(alone), ::testing::Contains("Preempted"));
+  call(*admin_, "POST", "/v1/jobs/" + alone + "/cancel", 200);
+
+  std::string id = running_job(1000);
+  register_peer("gpu-2");
+  call(*source_, "PUT", "/v1/jobs/" + id + "/status", 200, asked);
+  Json moving = get_job(*admin_, id);
+  EXPECT_EQ(moving["status"]["phase"], "Running") << moving.dump();
+  ASSERT_TRUE(moving["status"].contains("migration")) << moving.dump();
+  EXPECT_EQ(moving["status"]["migration"]["to"], "gpu-2");
+  EXPECT_THAT(moving["status"]["events"].back()["reason"].get<std::string>(), HasSubstr("to free GPU memory on gpu-1"));
+  EXPECT_THAT(types(id), ::testing::Not(::testing::Contains("Preempted")));
+  // Asked again while it moves: recorded, and the move goes on.
+  call(*source_, "PUT", "/v1/jobs/" + id + "/status", 200, asked);
+  Json still = get_job(*admin_, id);
+  EXPECT_EQ(still["status"]["phase"], "Running") << still.dump();
+  EXPECT_EQ(still["status"]["migration"]["to"], "gpu-2") << still.dump();
+  const auto seen = types(id);
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), "MoveRequested"), 2);
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), "Preempted"), 0);
+}
+
 }  // namespace
 }  // namespace cnlab::server::test_support
