@@ -81,17 +81,9 @@ class CheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (::geteuid() != 0) GTEST_SKIP() << "CRIU dumps and restores other processes only as root (ptrace, namespaces, cgroups); CI runs as root, so these run there";
-    const std::string criu = find_criu();
-    // make deps installs it (scripts/install-criu.sh): its absence is a missing install step.
-    ASSERT_FALSE(criu.empty()) << "no criu on this machine: run make deps (scripts/install-criu.sh builds it)";
-    RuntimeOptions options = test_options();
-    options.criu = criu;
-    options.checkpoint_timeout = 60s;
+    RuntimeOptions options = checkpoint_options();
     configure(options);
-    auto runtime = Runtime::create(options);
-    ASSERT_TRUE(runtime) << runtime.error().to_string();
-    runtime_ = std::move(*runtime);
-    ASSERT_TRUE(runtime_->capabilities().checkpoint) << runtime_->capabilities().checkpoint_reason;
+    ASSERT_TRUE(start_checkpoint_runtime(options, &runtime_));
   }
   virtual void configure(RuntimeOptions&) {}
   void TearDown() override {

@@ -56,6 +56,26 @@ inline RuntimeOptions test_options() {
   return options;
 }
 
+// The options of a runtime that takes transparent checkpoints: this machine's CRIU, a minute per
+// dump. make deps installs CRIU (scripts/install-criu.sh), so its absence is a missing install step.
+inline RuntimeOptions checkpoint_options() {
+  RuntimeOptions options = test_options();
+  options.criu = find_criu();
+  EXPECT_FALSE(options.criu.empty()) << "no criu on this machine: run make deps (scripts/install-criu.sh builds it)";
+  options.checkpoint_timeout = 60s;
+  return options;
+}
+// Creates the runtime and checks that it can checkpoint; false (with the failure recorded) if not.
+inline bool start_checkpoint_runtime(const RuntimeOptions& options, std::unique_ptr<Runtime>* out) {
+  if (options.criu.empty()) return false;
+  auto runtime = Runtime::create(options);
+  EXPECT_TRUE(runtime) << runtime.error().to_string();
+  if (!runtime) return false;
+  *out = std::move(*runtime);
+  EXPECT_TRUE((*out)->capabilities().checkpoint) << (*out)->capabilities().checkpoint_reason;
+  return (*out)->capabilities().checkpoint;
+}
+
 inline ProcessSpec shell_job(const fs::path& job_dir, std::string script) {
   ProcessSpec spec;
   spec.job_id = "test/" + job_dir.filename().string();

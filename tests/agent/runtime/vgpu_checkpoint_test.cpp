@@ -29,15 +29,7 @@ class VgpuCheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (::geteuid() != 0) GTEST_SKIP() << "CRIU dumps and restores other processes only as root; CI runs as root, so this runs there";
-    const std::string criu = find_criu();
-    ASSERT_FALSE(criu.empty()) << "no criu on this machine: run make deps (scripts/install-criu.sh builds it)";
-    RuntimeOptions options = test_options();
-    options.criu = criu;
-    options.checkpoint_timeout = 60s;
-    auto runtime = Runtime::create(options);
-    ASSERT_TRUE(runtime) << runtime.error().to_string();
-    runtime_ = std::move(*runtime);
-    ASSERT_TRUE(runtime_->capabilities().checkpoint) << runtime_->capabilities().checkpoint_reason;
+    ASSERT_TRUE(start_checkpoint_runtime(checkpoint_options(), &runtime_));
     std::ofstream(dir_.path() / "gpus.conf") << "device name=\"NVIDIA H100 80GB HBM3\" uuid=" << kUuid << " memory_mib=4096\n";
     GpuInfo gpu;
     gpu.uuid = kUuid;
