@@ -107,6 +107,12 @@ void VgpuControl::compute_round() {
 void VgpuControl::memory_round(ServerApi& api) {
   Time now = now_seconds();
   auto samples = node_.sample(now);
+  {
+    // Published before anything is reported, so that whoever hears of a job's use from the server
+    // already finds it in the metrics.
+    std::lock_guard lock(sample_mutex_);
+    last_sample_ = samples;
+  }
   auto report = [&](const std::string& job, Json body) {
     body["phase"] = "Running";
     auto done = api.call("PUT", "/v1/jobs/" + job + "/status", body.dump());
@@ -130,8 +136,6 @@ void VgpuControl::memory_round(ServerApi& api) {
     for (const auto& s : samples) present |= s.job == it->first;
     it = present ? std::next(it) : reported_active_.erase(it);
   }
-  std::lock_guard lock(sample_mutex_);
-  last_sample_ = std::move(samples);
 }
 
 }  // namespace cnlab::agent
