@@ -122,8 +122,13 @@ void VgpuControl::memory_round(ServerApi& api) {
   for (const VgpuAction& action : node_.control_memory(now, priority_of_)) {
     spdlog::info("vgpu action job=\"{}\" action={} detail=\"{}\"", action.job, to_string(action.kind), action.message);
     std::string text = std::string(to_string(action.kind)) + ": " + action.message;
-    report(action.job, action.kind == VgpuAction::Kind::kMoveRequested ? Json{{"move_requested", text}}
-                                                                       : Json{{"memory_event", text}});
+    if (action.kind != VgpuAction::Kind::kMoveRequested) {
+      report(action.job, {{"memory_event", text}});
+      continue;
+    }
+    Json holding = Json::array();  // MiB, rounded up: the target needs room for every byte
+    for (uint64_t bytes : action.held_bytes) holding.push_back((bytes + (uint64_t{1} << 20) - 1) >> 20);
+    report(action.job, {{"move_requested", text}, {"holding_mib", holding}});
   }
   for (const VgpuTenantSample& s : samples) {
     if (!s.last_active) continue;

@@ -311,7 +311,8 @@ std::vector<VgpuAction> VgpuNode::control_memory(Time now, const std::function<i
           h.tenant->limits->memory_limit[h.gpu].store(floor);
           actions.push_back({VgpuAction::Kind::kBurstTakenBack, *h.job,
                              fmt::format("GPU {} short of memory: limit {} -> {} (quota {}, in use {})",
-                                         uuid, mib(h.limit), mib(floor), mib(h.quota), mib(h.usage))});
+                                         uuid, mib(h.limit), mib(floor), mib(h.quota), mib(h.usage)),
+                             {}});
           h.limit = floor;
         }
       }
@@ -330,12 +331,18 @@ std::vector<VgpuAction> VgpuNode::control_memory(Time now, const std::function<i
           }
         }
         if (cheapest) {
-          cheapest->tenant->last_move_request = now;
+          Tenant& moving = *cheapest->tenant;
+          moving.last_move_request = now;
+          std::vector<uint64_t> held;
+          for (size_t g = 0; g < moving.gpus.size(); ++g) {
+            held.push_back(vgpu::tenant_usage(moving.region.region, static_cast<int>(g)));
+          }
           actions.push_back({VgpuAction::Kind::kMoveRequested, *cheapest->job,
                              fmt::format("GPU {} short of memory: it holds {} beyond its {} quota, which other jobs' "
                                          "quotas need ({} promised and not yet used, {} free)",
                                          uuid, mib(cheapest->usage - cheapest->quota), mib(cheapest->quota),
-                                         mib(owed), mib(free_now))});
+                                         mib(owed), mib(free_now)),
+                             std::move(held)});
         }
       }
       continue;
@@ -351,7 +358,8 @@ std::vector<VgpuAction> VgpuNode::control_memory(Time now, const std::function<i
       unclaimed -= step;
       actions.push_back({VgpuAction::Kind::kBurstGranted, *h.job,
                          fmt::format("GPU {}: limit {} -> {} (quota {}, in use {}; {} unclaimed left)", uuid,
-                                     mib(h.limit), mib(h.limit + step), mib(h.quota), mib(h.usage), mib(unclaimed))});
+                                     mib(h.limit), mib(h.limit + step), mib(h.quota), mib(h.usage), mib(unclaimed)),
+                         {}});
     }
   }
   return actions;

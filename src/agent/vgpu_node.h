@@ -43,6 +43,9 @@ struct VgpuAction {
   Kind kind;
   std::string job;
   std::string message;  // for the job's events and the audit log
+  // kMoveRequested: what the job's processes hold on each of its GPUs, in its binding's order, so
+  // that it moves where all of it fits and not only its quota.
+  std::vector<uint64_t> held_bytes;
 };
 std::string_view to_string(VgpuAction::Kind kind);
 

@@ -549,7 +549,7 @@ net::Response Api::report_job_status(const Call& call) {
   if (!body) return error_response(body.error());
   JsonReader r(*body, "");
   r.only({"phase", "exit_code", "signal", "message", "checkpoint_at", "gpu_active_at", "memory_event", "move_requested",
-          "migration_failed", "migration_handed_over", "migration_progress", "requeue", "checkpoint_failed"});
+          "holding_mib", "migration_failed", "migration_handed_over", "migration_progress", "requeue", "checkpoint_failed"});
   std::string phase = r.string("phase");
   int64_t exit_code = r.integer_or("exit_code", -1, -1, 255);
   int64_t signal = r.integer_or("signal", 0, 0, 127);
@@ -560,6 +560,20 @@ net::Response Api::report_job_status(const Call& call) {
   auto gpu_active_at = r.time("gpu_active_at");
   std::string memory_event = r.string_or("memory_event", "");
   std::string move_requested = r.string_or("move_requested", "");
+  // With a move request: what the job holds on each of its GPUs (MiB, in its binding's order).
+  std::vector<int64_t> holding_mib;
+  if (const Json* given = r.array("holding_mib")) {
+    for (size_t i = 0; i < given->size(); ++i) {
+      const Json& mib = (*given)[i];
+      if (!mib.is_number_integer() || mib.get<int64_t>() < 0) {
+        r.fail(Error::invalid_argument(r.path_of("holding_mib") + "[" + std::to_string(i) + "]", mib.dump(),
+                                       "a whole number of MiB, 0 or more"));
+        break;
+      }
+      holding_mib.push_back(mib.get<int64_t>());
+    }
+    if (move_requested.empty()) r.fail(Error::invalid_argument(r.path_of("holding_mib"), given->dump(), "only with move_requested"));
+  }
   // The run was lost through no fault of the job (a post-copy move whose source died before all of
   // its memory arrived): back to the queue, as for a lost node, rather than Failed.
   const bool run_lost = r.boolean_or("requeue", false);
@@ -603,6 +617,14 @@ net::Response Api::report_job_status(const Call& call) {
     return error_response(Error::invalid_argument(
         "phase", phase, "gpu_active_at, memory_event, move_requested and checkpoint_failed come with Running"));
   }
+  if (!holding_mib.empty()) {
+    const auto& placement = cached->object->status.placement;
+    const size_t gpus = placement.size() == 1 ? placement.front().gpus.size() : 0;
+    if (holding_mib.size() != gpus) {
+      return error_response(Error::invalid_argument("holding_mib", std::to_string(holding_mib.size()) + " entries",
+                                                    fmt::format("one per GPU of the job's binding ({})", gpus)));
+    }
+  }
   if (run_lost && phase != "Failed") {
     return error_response(Error::invalid_argument("phase", phase, "requeue comes with Failed"));
   }
@@ -629,7 +651,13 @@ net::Response Api::report_job_status(const Call& call) {
     move_to = ctx_.cache.read([&](const ObjectCache& c) -> std::optional<MigrationTarget> {
       auto from = c.nodes.get(call.caller.node);
       if (!from.object || !migration_refusal(*cached->object, from.object.get()).empty()) return std::nullopt;
-      auto target = roomiest_migration_target(c, *cached->object, *from.object, free_room(c));
+      // Where all it holds fits, if anywhere; else where its quota does (that node's controller
+      // then takes back or moves as on any node).
+      const auto room = free_room(c);
+      auto target = holding_mib.empty()
+                        ? roomiest_migration_target(c, *cached->object, *from.object, room)
+                        : roomiest_migration_target_holding(c, *cached->object, *from.object, room, holding_mib);
+      if (!target && !holding_mib.empty()) target = roomiest_migration_target(c, *cached->object, *from.object, room);
       // A MIG instance to be made on the target first: only `cnlab migrate` makes one.
       if (!target || !target->gpus.new_instances.empty()) return std::nullopt;
       return *target;

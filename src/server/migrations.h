@@ -77,6 +77,13 @@ struct MigrationTarget {
 // none can.
 Result<MigrationTarget> roomiest_migration_target(const ObjectCache& cache, const model::Job& job,
                                                   const model::Node& source, const std::map<std::string, NodeRoom>& room);
+// The roomiest target, as above, with VRAM free for all that `job` holds on each of its GPUs
+// (`holding_mib`, in its binding's order; a vGPU job can hold more than its quota) and not only
+// for its quotas; the binding there keeps its quotas. An error when none has that room.
+Result<MigrationTarget> roomiest_migration_target_holding(const ObjectCache& cache, const model::Job& job,
+                                                          const model::Node& source,
+                                                          const std::map<std::string, NodeRoom>& room,
+                                                          const std::vector<int64_t>& holding_mib);
 // The node other than `source` that can take `job` and is left fullest by it (the target of a node
 // drain's moves, which pack the work as the scheduler's power-down drains do, sched/drain.h): a
 // node already running work before an idle one, which stays idle and can power down; then the

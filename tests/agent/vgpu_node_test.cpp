@@ -178,5 +178,22 @@ TEST_F(VgpuNodeTest, ABindingNamingAGpuTheNodeLacksIsRefusedAndLeavesNoFile) {
   EXPECT_TRUE(node_->sample(Time{}).empty());
 }
 
+// A GPU short of memory its tenants were promised: the job holding more than its quota there is
+// named for a move, with what it holds on each of its GPUs in its binding's order, so that the
+// server moves it where all of that fits.
+TEST_F(VgpuNodeTest, AJobNamedToMoveComesWithWhatItHoldsOnEachOfItsGpus) {
+  add("a", {{0, 25, 20 * 1024, -1}, {1, 25, 20 * 1024, -1}});
+  add("b", {{1, 75, 60 * 1024, -1}});
+  hold("a", 0, 5 * 1024);
+  hold("a", 1, 50 * 1024);  // 30 GiB beyond its quota on GPU-n-1
+  hold("b", 0, 10 * 1024);  // b is owed 50 GiB there and 20 GiB are free
+  auto actions = node_->control_memory(Time{}, [](const std::string&) { return 0; });
+  ASSERT_EQ(actions.size(), 1u);
+  EXPECT_EQ(actions[0].kind, VgpuAction::Kind::kMoveRequested);
+  EXPECT_EQ(actions[0].job, "a");
+  EXPECT_THAT(actions[0].message, HasSubstr("GPU GPU-n-1 short of memory: it holds 30720 MiB beyond its 20480 MiB quota"));
+  EXPECT_THAT(actions[0].held_bytes, ::testing::ElementsAre(5 * 1024 * kMiB, 50 * 1024 * kMiB));
+}
+
 }  // namespace
 }  // namespace cnlab::agent

@@ -291,5 +291,64 @@ TEST_F(MigrateApiTest, AJobNamedToFreeGpuMemoryMovesLiveWhereItCanAndIsRequeuedW
   EXPECT_EQ(std::count(seen.begin(), seen.end(), "Preempted"), 0);
 }
 
+// A vGPU job can hold more GPU memory than its quota. Named to move, it goes where all it holds
+// fits (the agent says how much: `holding_mib`) before the node with the most CPU free, where only
+// its quota would; where it fits nowhere, it goes where its quota does. Its quota stays its quota.
+TEST_F(MigrateApiTest, AJobNamedToFreeGpuMemoryMovesWhereAllItHoldsFitsAndKeepsItsQuota) {
+  auto gpu_peer = [&](const std::string& name, int64_t cpu_milli) {
+    Json node = node_object(name, "h100", 1, cpu_milli, 512 * 1024, "127.0.0.1:7443");
+    node["status"]["gpu_checkpoint"] = true;
+    return register_node(name, "h100", 1, node);
+  };
+  auto start_job = [&](const std::string& gpu, net::Client& agent) {
+    Json body = job_body("default", gpu, {"sleep", "100"});
+    body["spec"]["checkpointable"] = true;
+    std::string id = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
+    EXPECT_TRUE(wait_for_phase(*admin_, id, "Scheduled"));
+    call(agent, "PUT", "/v1/jobs/" + id + "/status", 200, {{"phase", "Running"}});
+    return id;
+  };
+  // "roomy" has the most CPU free but half its GPU promised; "fits" has all of its GPU free.
+  auto roomy = server_->client(gpu_peer("roomy", 128000));
+  start_job("h100-50", *roomy);
+  call(*admin_, "POST", "/v1/nodes/roomy/cordon", 200);
+  source_ = server_->client(gpu_peer("gpu-1", 64000));
+  const std::string first = start_job("h100-25", *source_);
+  const std::string second = start_job("h100-25", *source_);
+  call(*admin_, "POST", "/v1/nodes/roomy/uncordon", 200);
+  gpu_peer("fits", 64000);
+  const Json held = get_job(*admin_, first)["status"]["placement"][0]["gpus"][0];
+  const int64_t quota = held["vram_mib"];
+  const int64_t gpu_mib = call(*admin_, "GET", "/v1/nodes/fits", 200)["status"]["gpus"][0]["memory_mib"];
+  ASSERT_LT(quota, gpu_mib / 2);
+
+  auto asked = [](Json holding) {
+    return Json{{"phase", "Running"}, {"move_requested", "GPU-x short of memory"}, {"holding_mib", std::move(holding)}};
+  };
+  // What the agent says is checked: one whole number of MiB, 0 or more, per GPU of the binding,
+  // and only with a move request.
+  const std::string status = "/v1/jobs/" + first + "/status";
+  EXPECT_EQ(call(*source_, "PUT", status, 400, asked({1, 2}))["error"]["field"], "holding_mib");
+  EXPECT_EQ(call(*source_, "PUT", status, 400, asked({-1}))["error"]["field"], "holding_mib[0]");
+  EXPECT_EQ(call(*source_, "PUT", status, 400, asked({"lots"}))["error"]["field"], "holding_mib[0]");
+  EXPECT_EQ(call(*source_, "PUT", status, 400, {{"phase", "Running"}, {"holding_mib", {5}}})["error"]["field"],
+            "holding_mib");
+  EXPECT_FALSE(get_job(*admin_, first)["status"].contains("migration"));
+
+  // Holding more than half a GPU: only "fits" has room for it all.
+  call(*source_, "PUT", status, 200, asked({gpu_mib * 3 / 4}));
+  Json moving = get_job(*admin_, first);
+  ASSERT_TRUE(moving["status"].contains("migration")) << moving.dump();
+  EXPECT_EQ(moving["status"]["migration"]["to"], "fits") << moving.dump();
+  EXPECT_EQ(moving["status"]["migration"]["gpus"][0]["vram_mib"], quota) << moving.dump();
+
+  // Holding more than any GPU has: where its quota fits, the node with the most CPU free.
+  call(*source_, "PUT", "/v1/jobs/" + second + "/status", 200, asked({gpu_mib + 1}));
+  Json fallback = get_job(*admin_, second);
+  ASSERT_TRUE(fallback["status"].contains("migration")) << fallback.dump();
+  EXPECT_EQ(fallback["status"]["migration"]["to"], "roomy") << fallback.dump();
+  EXPECT_EQ(fallback["status"]["migration"]["gpus"][0]["vram_mib"], quota) << fallback.dump();
+}
+
 }  // namespace
 }  // namespace cnlab::server::test_support
