@@ -30,6 +30,22 @@ class MigrateApiTest : public ClusterTest {
     call(*source_, "PUT", "/v1/jobs/" + id + "/status", 200, {{"phase", "Running"}});
     return id;
   }
+  // A node of `gpus` H100s whose agent takes migrating jobs and checkpoints GPU state; returns
+  // its agent's credential.
+  std::string gpu_peer(const std::string& name, int gpus = 1, int64_t cpu_milli = 64000) {
+    Json node = node_object(name, "h100", gpus, cpu_milli, 512 * 1024, "127.0.0.1:7443");
+    node["status"]["gpu_checkpoint"] = true;
+    return register_node(name, "h100", gpus, node);
+  }
+  // A checkpointable job asking `gpu`, placed and reported Running by `agent` (its node's).
+  std::string running_gpu_job(const std::string& gpu, net::Client& agent) {
+    Json body = job_body("default", gpu, {"sleep", "100"});
+    body["spec"]["checkpointable"] = true;
+    std::string id = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
+    EXPECT_TRUE(wait_for_phase(*admin_, id, "Scheduled"));
+    call(agent, "PUT", "/v1/jobs/" + id + "/status", 200, {{"phase", "Running"}});
+    return id;
+  }
   Json migrate(const std::string& id, int status, const Json& body = Json::object()) {
     return call(*admin_, "POST", "/v1/jobs/" + id + "/migrate", status, body);
   }
@@ -86,18 +102,9 @@ TEST_F(MigrateApiTest, ATargetThatCannotTakeTheJobIsRefusedSayingWhy) {
 }
 
 TEST_F(MigrateApiTest, AJobHoldingGpusMovesOnlyOntoANodeThatRestoresGpuStateAndItsGpusAreHeldThere) {
-  // Nodes of two H100s whose agents take migrating jobs and checkpoint GPU state.
-  auto gpu_peer = [&](const std::string& name) {
-    Json node = node_object(name, "h100", 2, 64000, 512 * 1024, "127.0.0.1:7443");
-    node["status"]["gpu_checkpoint"] = true;
-    return register_node(name, "h100", 2, node);
-  };
-  source_ = server_->client(gpu_peer("gpu-1"));
-  Json body = job_body("default", "h100", {"sleep", "100"});
-  body["spec"]["checkpointable"] = true;
-  std::string id = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
-  ASSERT_TRUE(wait_for_phase(*admin_, id, "Scheduled"));
-  call(*source_, "PUT", "/v1/jobs/" + id + "/status", 200, {{"phase", "Running"}});
+  source_ = server_->client(gpu_peer("gpu-1", 2));
+  std::string id = running_gpu_job("h100", *source_);
+  if (HasFailure()) return;
   const Json held = get_job(*admin_, id)["status"]["placement"][0]["gpus"][0];
 
   register_peer("plain");  // takes migrations, but not of GPU state
@@ -105,7 +112,7 @@ TEST_F(MigrateApiTest, AJobHoldingGpusMovesOnlyOntoANodeThatRestoresGpuStateAndI
   EXPECT_THAT(plain.dump(), HasSubstr("node plain does not restore GPU state")) << plain.dump();
   EXPECT_THAT(migrate(id, 422).dump(), HasSubstr("nowhere to migrate it"));
 
-  gpu_peer("gpu-2");
+  gpu_peer("gpu-2", 2);
   Json moving = migrate(id, 202);
   const Json move = moving["status"]["migration"];
   EXPECT_EQ(move["to"], "gpu-2") << moving.dump();
@@ -121,21 +128,8 @@ TEST_F(MigrateApiTest, AJobHoldingGpusMovesOnlyOntoANodeThatRestoresGpuStateAndI
 }
 
 TEST_F(MigrateApiTest, AJobInAMigInstanceMovesIntoAnInstanceOfItsProfileMadeOnTheTargetIfNoneIsFree) {
-  auto gpu_peer = [&](const std::string& name) {
-    Json node = node_object(name, "h100", 1, 64000, 512 * 1024, "127.0.0.1:7443");
-    node["status"]["gpu_checkpoint"] = true;
-    return register_node(name, "h100", 1, node);
-  };
-  auto start_job = [&](const std::string& gpu, net::Client& agent) {
-    Json body = job_body("default", gpu, {"sleep", "100"});
-    body["spec"]["checkpointable"] = true;
-    std::string id = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
-    EXPECT_TRUE(wait_for_phase(*admin_, id, "Scheduled"));
-    call(agent, "PUT", "/v1/jobs/" + id + "/status", 200, {{"phase", "Running"}});
-    return id;
-  };
   source_ = server_->client(gpu_peer("gpu-1"));
-  const std::string moving = start_job("h100:3g.40gb", *source_);
+  const std::string moving = running_gpu_job("h100:3g.40gb", *source_);
 
   // A target whose GPU is not in MIG mode takes no MIG instance.
   auto target = server_->client(gpu_peer("gpu-2"));
@@ -145,7 +139,7 @@ TEST_F(MigrateApiTest, AJobInAMigInstanceMovesIntoAnInstanceOfItsProfileMadeOnTh
 
   // gpu-2's GPU goes to MIG for a 1g.10gb job (gpu-1 cordoned so that it lands there).
   call(*admin_, "POST", "/v1/nodes/gpu-1/cordon", 200);
-  const std::string small = start_job("h100:1g.10gb", *target);
+  const std::string small = running_gpu_job("h100:1g.10gb", *target);
   ASSERT_EQ(get_job(*admin_, small)["status"]["placement"][0]["node"], "gpu-2");
 
   // No free 3g.40gb instance there: one is made beside the 1g.10gb, and the move takes it.
@@ -161,7 +155,7 @@ TEST_F(MigrateApiTest, AJobInAMigInstanceMovesIntoAnInstanceOfItsProfileMadeOnTh
 
   // That instance is the moving job's: another 3g.40gb job on gpu-1 finds none left on gpu-2.
   call(*admin_, "POST", "/v1/nodes/gpu-1/uncordon", 200);
-  const std::string second = start_job("h100:3g.40gb", *source_);
+  const std::string second = running_gpu_job("h100:3g.40gb", *source_);
   Json full = migrate(second, 422, {{"to", "gpu-2"}});
   EXPECT_THAT(full.dump(), HasSubstr("no h100 GPU in MIG mode with a free 3g.40gb instance")) << full.dump();
 }
@@ -295,28 +289,15 @@ TEST_F(MigrateApiTest, AJobNamedToFreeGpuMemoryMovesLiveWhereItCanAndIsRequeuedW
 // fits (the agent says how much: `holding_mib`) before the node with the most CPU free, where only
 // its quota would; where it fits nowhere, it goes where its quota does. Its quota stays its quota.
 TEST_F(MigrateApiTest, AJobNamedToFreeGpuMemoryMovesWhereAllItHoldsFitsAndKeepsItsQuota) {
-  auto gpu_peer = [&](const std::string& name, int64_t cpu_milli) {
-    Json node = node_object(name, "h100", 1, cpu_milli, 512 * 1024, "127.0.0.1:7443");
-    node["status"]["gpu_checkpoint"] = true;
-    return register_node(name, "h100", 1, node);
-  };
-  auto start_job = [&](const std::string& gpu, net::Client& agent) {
-    Json body = job_body("default", gpu, {"sleep", "100"});
-    body["spec"]["checkpointable"] = true;
-    std::string id = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
-    EXPECT_TRUE(wait_for_phase(*admin_, id, "Scheduled"));
-    call(agent, "PUT", "/v1/jobs/" + id + "/status", 200, {{"phase", "Running"}});
-    return id;
-  };
   // "roomy" has the most CPU free but half its GPU promised; "fits" has all of its GPU free.
-  auto roomy = server_->client(gpu_peer("roomy", 128000));
-  start_job("h100-50", *roomy);
+  auto roomy = server_->client(gpu_peer("roomy", 1, 128000));
+  running_gpu_job("h100-50", *roomy);
   call(*admin_, "POST", "/v1/nodes/roomy/cordon", 200);
-  source_ = server_->client(gpu_peer("gpu-1", 64000));
-  const std::string first = start_job("h100-25", *source_);
-  const std::string second = start_job("h100-25", *source_);
+  source_ = server_->client(gpu_peer("gpu-1"));
+  const std::string first = running_gpu_job("h100-25", *source_);
+  const std::string second = running_gpu_job("h100-25", *source_);
   call(*admin_, "POST", "/v1/nodes/roomy/uncordon", 200);
-  gpu_peer("fits", 64000);
+  gpu_peer("fits");
   const Json held = get_job(*admin_, first)["status"]["placement"][0]["gpus"][0];
   const int64_t quota = held["vram_mib"];
   const int64_t gpu_mib = call(*admin_, "GET", "/v1/nodes/fits", 200)["status"]["gpus"][0]["memory_mib"];
