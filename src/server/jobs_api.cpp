@@ -653,11 +653,7 @@ net::Response Api::report_job_status(const Call& call) {
       if (!from.object || !migration_refusal(*cached->object, from.object.get()).empty()) return std::nullopt;
       // Where all it holds fits, if anywhere; else where its quota does (that node's controller
       // then takes back or moves as on any node).
-      const auto room = free_room(c);
-      auto target = holding_mib.empty()
-                        ? roomiest_migration_target(c, *cached->object, *from.object, room)
-                        : roomiest_migration_target_holding(c, *cached->object, *from.object, room, holding_mib);
-      if (!target && !holding_mib.empty()) target = roomiest_migration_target(c, *cached->object, *from.object, room);
+      auto target = roomiest_migration_target_holding(c, *cached->object, *from.object, free_room(c), holding_mib);
       // A MIG instance to be made on the target first: only `cnlab migrate` makes one.
       if (!target || !target->gpus.new_instances.empty()) return std::nullopt;
       return *target;

@@ -241,19 +241,19 @@ Result<MigrationTarget> roomiest_migration_target_holding(const ObjectCache& cac
                                                           const model::Node& source,
                                                           const std::map<std::string, NodeRoom>& room,
                                                           const std::vector<int64_t>& holding_mib) {
-  if (job.status.placement.size() != 1 || job.status.placement.front().gpus.size() != holding_mib.size()) {
-    return Error::invalid_argument("holding_mib", std::to_string(holding_mib.size()) + " entries",
-                                   "one per GPU of the job's binding");
+  const auto& placement = job.status.placement;
+  if (!holding_mib.empty() && placement.size() == 1 && placement.front().gpus.size() == holding_mib.size()) {
+    // The job sized by what it holds, for the choice only: the binding keeps its quotas.
+    const auto& quotas = placement.front().gpus;
+    model::Job sized = job;
+    auto& gpus = sized.status.placement.front().gpus;
+    for (size_t i = 0; i < gpus.size(); ++i) gpus[i].vram_mib = std::max(gpus[i].vram_mib, holding_mib[i]);
+    if (auto target = roomiest_migration_target(cache, sized, source, room)) {
+      for (size_t i = 0; i < target->gpus.gpus.size(); ++i) target->gpus.gpus[i].vram_mib = quotas[i].vram_mib;
+      return target;
+    }
   }
-  // The job sized by what it holds, for the choice only.
-  model::Job sized = job;
-  auto& gpus = sized.status.placement.front().gpus;
-  for (size_t i = 0; i < gpus.size(); ++i) gpus[i].vram_mib = std::max(gpus[i].vram_mib, holding_mib[i]);
-  auto target = roomiest_migration_target(cache, sized, source, room);
-  if (!target) return target.error();
-  const auto& quotas = job.status.placement.front().gpus;
-  for (size_t i = 0; i < target->gpus.gpus.size(); ++i) target->gpus.gpus[i].vram_mib = quotas[i].vram_mib;
-  return target;
+  return roomiest_migration_target(cache, job, source, room);
 }
 
 Result<MigrationTarget> packed_migration_target(const ObjectCache& cache, const model::Job& job,

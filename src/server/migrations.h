@@ -77,9 +77,10 @@ struct MigrationTarget {
 // none can.
 Result<MigrationTarget> roomiest_migration_target(const ObjectCache& cache, const model::Job& job,
                                                   const model::Node& source, const std::map<std::string, NodeRoom>& room);
-// The roomiest target, as above, with VRAM free for all that `job` holds on each of its GPUs
-// (`holding_mib`, in its binding's order; a vGPU job can hold more than its quota) and not only
-// for its quotas; the binding there keeps its quotas. An error when none has that room.
+// The roomiest target, as above, among the nodes with VRAM free for all that `job` holds on each
+// of its GPUs (`holding_mib`, in its binding's order; a vGPU job can hold more than its quota);
+// where none has that room, or `holding_mib` is empty, the roomiest for its quotas. The binding
+// there keeps its quotas either way.
 Result<MigrationTarget> roomiest_migration_target_holding(const ObjectCache& cache, const model::Job& job,
                                                           const model::Node& source,
                                                           const std::map<std::string, NodeRoom>& room,
