@@ -36,9 +36,10 @@ std::string waits_for(const Json& job) {
   return "its turn to move (at most 2 leave a node at once)";
 }
 
-// "  JOB: what it waits for", a line per job bound to `node` (Scheduled or Running), and a line for
-// the `releasing` jobs taken off it that are still stopping there.
-std::string jobs_left(net::Client& api, const std::string& node, int64_t releasing) {
+// "  JOB: what it waits for", a line per job bound to `node` (Scheduled or Running), a line for
+// the `releasing` jobs taken off it that are still stopping there, and one for the `migrating` jobs
+// moved off it live that it holds frozen until they run on their target.
+std::string jobs_left(net::Client& api, const std::string& node, int64_t releasing, int64_t migrating) {
   auto listed = get_json(api, "/v1/jobs?node=" + url_encode(node));
   if (!listed) return "  (the jobs could not be listed: " + listed.error().message + ")\n";
   std::string lines;
@@ -49,6 +50,9 @@ std::string jobs_left(net::Client& api, const std::string& node, int64_t releasi
   }
   if (releasing > 0) {
     lines += "  and " + count_of(releasing, "job") + " taken off it, still stopping there and storing checkpoints\n";
+  }
+  if (migrating > 0) {
+    lines += "  and " + count_of(migrating, "job") + " moved off it live, held frozen there until running on their target\n";
   }
   return lines;
 }
@@ -83,7 +87,8 @@ int wait_until_drained(const ClientFlags& flags, const std::string& node, std::c
     if (std::chrono::steady_clock::now() >= deadline) {
       std::fprintf(stderr, "cnlab: node %s still has %s after %llds:\n%s", node.c_str(), count_of(left, "job").c_str(),
                    static_cast<long long>(timeout.count()),
-                   jobs_left(api, node, status.value("releasing_jobs", int64_t{0})).c_str());
+                   jobs_left(api, node, status.value("releasing_jobs", int64_t{0}),
+                             status.value("migrating_jobs", int64_t{0})).c_str());
       return kExitFailed;
     }
     std::this_thread::sleep_for(1s);

@@ -217,7 +217,8 @@ std::string count_of(int64_t count, const std::string& noun) {
 }
 
 int64_t drain_jobs_left(const Json& node_status) {
-  return node_status.value("bound_jobs", int64_t{0}) + node_status.value("releasing_jobs", int64_t{0});
+  return node_status.value("bound_jobs", int64_t{0}) + node_status.value("releasing_jobs", int64_t{0}) +
+         node_status.value("migrating_jobs", int64_t{0});
 }
 
 }  // namespace cnlab::cli

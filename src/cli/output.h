@@ -95,7 +95,8 @@ Time now_seconds();
 // "1 job", "3 jobs": `count` with `noun`, which takes an "s" unless the count is one.
 std::string count_of(int64_t count, const std::string& noun);
 // What a drain still waits for on a node, from its status as served: the jobs bound there
-// (`bound_jobs`) and those taken off it that are still stopping there (`releasing_jobs`).
+// (`bound_jobs`), those taken off it that are still stopping there (`releasing_jobs`) and those
+// moved off it live that it holds frozen until they run on their target (`migrating_jobs`).
 int64_t drain_jobs_left(const Json& node_status);
 
 }  // namespace cnlab::cli

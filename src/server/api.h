@@ -136,7 +136,8 @@ class Api {
   net::Response set_node_schedulable(const Call& call, bool cordon, bool drain);
   // The node as served: what its jobs hold on each GPU, and since when it has had none (the
   // scheduler's view).
-  Json node_view(const model::Node& node, const Allocation* allocation, int64_t releasing = 0) const;
+  Json node_view(const model::Node& node, const Allocation* allocation, int64_t releasing = 0,
+                 int64_t migrating = 0) const;
   // node_certificates_api.cpp
   net::Response issue_node_certificate(const Call& call);
 

@@ -272,6 +272,14 @@ Result<MigrationTarget> packed_migration_target(const ObjectCache& cache, const 
       });
 }
 
+std::map<std::string, int64_t> migrations_handed_over(const ObjectCache& c) {
+  std::map<std::string, int64_t> held;
+  c.for_each_job_in(c.jobs_migrating, [&](const std::string&, const model::Job& job) {
+    if (job.status.migration && !job.status.migration->from.empty()) ++held[job.status.migration->from];
+  });
+  return held;
+}
+
 void ask_to_migrate(model::Job& job, const MigrationTarget& target, Time now, const std::string& how) {
   const std::string from = job.status.placement.empty() ? "" : job.status.placement.front().node;
   job.status.migration = model::Migration{target.node, now, "", std::nullopt};

@@ -92,6 +92,10 @@ Result<MigrationTarget> roomiest_migration_target_holding(const ObjectCache& cac
 // share of the node's CPU left free. An error when none can take it.
 Result<MigrationTarget> packed_migration_target(const ObjectCache& cache, const model::Job& job,
                                                 const model::Node& source, const std::map<std::string, NodeRoom>& room);
+// Per node, how many jobs moved off it live it still holds frozen: handed over to their target
+// (bound there) and not yet running there, so a target that cannot restore one hands it back. From
+// the cache `c` (inside ObjectCache::read); nodes that hold none are left out.
+std::map<std::string, int64_t> migrations_handed_over(const ObjectCache& c);
 // Records a move of running `job` to `target` (status.migration, for the agents to carry out) with
 // its MigrationRequested event: "migration from node-a to node-b <how>".
 void ask_to_migrate(model::Job& job, const MigrationTarget& target, Time now, const std::string& how);

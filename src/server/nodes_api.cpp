@@ -6,6 +6,7 @@
 #include "server/job_release.h"
 #include "server/api.h"
 #include "server/api_error.h"
+#include "server/migrations.h"
 
 namespace cnlab::server {
 namespace {
@@ -36,12 +37,14 @@ void keep_decided_layouts(const model::Node& decided, model::Node& reported) {
 // (`bound_jobs`: what a drain still waits for) from the node's allocation record, so that anyone
 // who may list nodes sees how full each is without seeing whose jobs fill it; and how many jobs
 // taken off it are still stopping there (`releasing_jobs`, job_release.h), which a drain waits for
-// too.
-Json node_with_allocations(const model::Node& node, const Allocation* allocation, int64_t releasing) {
+// too, as it waits for the jobs moved off it live that it still holds frozen until they run on
+// their target (`migrating_jobs`: a target that cannot restore one hands it back).
+Json node_with_allocations(const model::Node& node, const Allocation* allocation, int64_t releasing, int64_t migrating) {
   Json json = to_json(node);
   if (!json.contains("status")) return json;
   json["status"]["bound_jobs"] = allocation ? allocation->jobs.size() : 0;
   if (releasing > 0) json["status"]["releasing_jobs"] = releasing;
+  if (migrating > 0) json["status"]["migrating_jobs"] = migrating;
   if (!json["status"].contains("gpus")) return json;
   for (Json& gpu : json["status"]["gpus"]) {
     const int index = gpu.value("index", -1);
@@ -218,30 +221,31 @@ net::Response Api::list_nodes(const Call& call) {
   Json items = Json::array();
   int64_t revision = ctx_.store.revision();
   ctx_.cache.read([&](const ObjectCache& c) {
-    const auto owed = releases_owed(c);
+    auto owed = releases_owed(c);
+    auto moving = migrations_handed_over(c);
     c.nodes.for_each([&](const std::string& name, const model::Node& node, int64_t) {
-      auto releasing = owed.find(name);
-      items.push_back(node_view(node, c.allocations.get(name).object.get(), releasing == owed.end() ? 0 : releasing->second));
+      items.push_back(node_view(node, c.allocations.get(name).object.get(), owed[name], moving[name]));
     });
     return 0;
   });
   return json_response(200, {{"items", std::move(items)}, {"revision", revision}});
 }
 
-Json Api::node_view(const model::Node& node, const Allocation* allocation, int64_t releasing) const {
+Json Api::node_view(const model::Node& node, const Allocation* allocation, int64_t releasing, int64_t migrating) const {
   model::Node served = node;
   const NodeIdle idle = ctx_.node_idle ? ctx_.node_idle(node.meta.name) : NodeIdle{};
   served.idle_since = idle.since;
   served.power_down_candidate = idle.power_down_candidate;
-  return node_with_allocations(served, allocation, releasing);
+  return node_with_allocations(served, allocation, releasing, migrating);
 }
 
 net::Response Api::get_node(const Call& call) {
   auto answer = ctx_.cache.read([&](const ObjectCache& c) -> std::optional<Json> {
     auto node = c.nodes.get(call.param("name"));
     if (!node.object) return std::nullopt;
-    auto owed = releases_owed(c);
-    return node_view(*node.object, c.allocations.get(call.param("name")).object.get(), owed[call.param("name")]);
+    const std::string& name = call.param("name");
+    return node_view(*node.object, c.allocations.get(name).object.get(), releases_owed(c)[name],
+                     migrations_handed_over(c)[name]);
   });
   if (!answer) return error_response(Error::not_found("node", call.param("name"), "no such node"));
   return json_response(200, std::move(*answer));

@@ -92,6 +92,34 @@ TEST_F(NodeDrainTest, ADrainedNodesCheckpointableJobsMoveTwoAtATimeAndTheRestSta
   EXPECT_THAT(audit, HasSubstr("drain of gpu-1"));
 }
 
+// A job moving off a draining node is bound to its target once the source hands its dump over,
+// but the source holds it frozen until it runs there (a target that cannot restore it hands it
+// back): the drain still waits for it, as `migrating_jobs`, until the target reports it running.
+TEST_F(NodeDrainTest, AMoveHandedOverKeepsTheDrainWaitingUntilTheJobRunsOnItsTarget) {
+  const std::string id = running_job(100);
+  auto target = server_->client(register_peer("gpu-2", 8000));
+  call(*admin_, "POST", "/v1/nodes/gpu-1/drain", 200);
+  ASSERT_TRUE(eventually([&] { return moving_to(id) == "gpu-2"; }, 5s)) << get_job(*admin_, id).dump();
+  call(*source_, "PUT", "/v1/jobs/" + id + "/status", 200,
+       {{"phase", "Running"}, {"migration_handed_over", {{"dump_digest", "sha256:" + std::string(64, 'a')}}}});
+  ASSERT_EQ(get_job(*admin_, id)["status"]["placement"][0]["node"], "gpu-2");
+  const Json held = call(*admin_, "GET", "/v1/nodes/gpu-1", 200)["status"];
+  EXPECT_EQ(held["bound_jobs"], 0) << held.dump();
+  EXPECT_EQ(held.value("migrating_jobs", 0), 1) << held.dump();
+  int listed = -1;
+  const Json nodes = call(*admin_, "GET", "/v1/nodes", 200);
+  for (const Json& node : nodes["items"]) {
+    if (node["metadata"]["name"] == "gpu-1") listed = node["status"].value("migrating_jobs", 0);
+  }
+  EXPECT_EQ(listed, 1) << "the list says so too";
+  EXPECT_FALSE(call(*admin_, "GET", "/v1/nodes/gpu-2", 200)["status"].contains("migrating_jobs"));
+
+  call(*target, "PUT", "/v1/jobs/" + id + "/status", 200, {{"phase", "Running"}});
+  const Json left = call(*admin_, "GET", "/v1/nodes/gpu-1", 200)["status"];
+  EXPECT_EQ(left["bound_jobs"], 0) << left.dump();
+  EXPECT_FALSE(left.contains("migrating_jobs")) << left.dump();
+}
+
 TEST_F(NodeDrainTest, AJobNoOtherNodeHasRoomForStaysUntilOneDoes) {
   const std::string id = running_job(100);
   register_peer("tiny", 500);  // less CPU free than the job asks
