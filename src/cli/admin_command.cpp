@@ -4,6 +4,7 @@
 #include <memory>
 #include <vector>
 
+#include "cli/arguments.h"
 #include "cli/cli.h"
 #include "cli/client_config.h"
 #include "cli/commands.h"
@@ -113,7 +114,9 @@ void add_admin_commands(CLI::App& app, std::shared_ptr<ClientFlags> flags) {
   });
   auto* token_revoke = token->add_subcommand("revoke", "Revoke a token by its id");
   auto t_id = std::make_shared<std::string>();
-  token_revoke->add_option("ID", *t_id, "Token id (jti)")->required();
+  token_revoke->add_option("ID", *t_id, "Token id (jti)")
+      ->required()
+      ->check(object_name("token id", "cnlab admin token list shows them"));
   token_revoke->callback([flags, t_id] {
     finish(call_json(*flags, "POST", "/v1/tokens/" + *t_id + "/revoke", Json::object()),
            [t_id](const Json&) { std::printf("token %s revoked\n", t_id->c_str()); });
@@ -139,7 +142,9 @@ void add_admin_commands(CLI::App& app, std::shared_ptr<ClientFlags> flags) {
   });
   auto* join_revoke = join->add_subcommand("revoke", "Revoke a join token by its id");
   auto j_id = std::make_shared<std::string>();
-  join_revoke->add_option("ID", *j_id, "Join token id")->required();
+  join_revoke->add_option("ID", *j_id, "Join token id")
+      ->required()
+      ->check(object_name("join token id", "cnlab admin join-token list shows them"));
   join_revoke->callback([flags, j_id] {
     finish(call_json(*flags, "POST", "/v1/join-tokens/" + *j_id + "/revoke", Json::object()),
            [j_id](const Json&) { std::printf("join token %s revoked\n", j_id->c_str()); });
@@ -172,7 +177,7 @@ void add_admin_commands(CLI::App& app, std::shared_ptr<ClientFlags> flags) {
   auto* quota_set = quota->add_subcommand("set", "Create or replace a quota");
   auto q_name = std::make_shared<std::string>();
   auto q_spec = std::make_shared<std::string>();
-  quota_set->add_option("NAME", *q_name, "Quota name")->required();
+  quota_set->add_option("NAME", *q_name, "Quota name")->required()->check(object_name("quota name", "such as vision-gpus"));
   quota_set->add_option("--spec", *q_spec,
                         "The quota's spec as JSON, e.g. '{\"project\":\"vision\",\"gpus\":4,\"concurrent_jobs\":10}'")
       ->required();

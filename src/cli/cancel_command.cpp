@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "cli/arguments.h"
 #include "cli/cli.h"
 #include "cli/client_config.h"
 #include "cli/commands.h"
@@ -63,7 +64,7 @@ void add_cancel_command(CLI::App& app, std::shared_ptr<ClientFlags> flags) {
   auto id = std::make_shared<std::string>();
   auto output = std::make_shared<std::string>("text");
   auto* cancel_app = app.add_subcommand("cancel", "Cancel a job: a queued one at once, a running one is stopped");
-  cancel_app->add_option("JOB", *id, "Job id (train-6f3ae726)")->required();
+  cancel_app->add_option("JOB", *id, "Job id (train-6f3ae726)")->required()->check(job_id());
   cancel_app->add_option("-o,--output", *output, "text, or json for the job after the change")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();

@@ -8,6 +8,7 @@
 #include <memory>
 #include <tuple>
 
+#include "cli/arguments.h"
 #include "cli/block_bar.h"
 #include "cli/commands.h"
 #include "cli/job_listing.h"
@@ -332,14 +333,14 @@ void run_gpus(const ClientFlags& flags, const ClusterArgs& args) {
 void add_cluster_commands(CLI::App& app, std::shared_ptr<ClientFlags> flags) {
   auto nodes_args = std::make_shared<ClusterArgs>();
   auto* nodes = app.add_subcommand("nodes", "List the nodes: phase, GPUs with free/total blocks, last heartbeat");
-  nodes->add_option("--node", nodes_args->node, "Only this node");
+  nodes->add_option("--node", nodes_args->node, "Only this node")->check(node_name());
   add_output_option(*nodes, nodes_args->output);
   nodes->footer("Example:\n  cnlab nodes\n  cnlab nodes -o json | jq '.items[].status.phase'");
   nodes->callback([flags, nodes_args] { run_nodes(*flags, *nodes_args); });
 
   auto gpus_args = std::make_shared<ClusterArgs>();
   auto* gpus = app.add_subcommand("gpus", "Show every GPU and which jobs hold its 1% blocks");
-  gpus->add_option("--node", gpus_args->node, "Only this node's GPUs");
+  gpus->add_option("--node", gpus_args->node, "Only this node's GPUs")->check(node_name());
   add_output_option(*gpus, gpus_args->output, /*allow_name=*/false);
   gpus->footer(
       "Example:\n"

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "cli/arguments.h"
 #include "cli/commands.h"
 #include "cli/job_listing.h"
 #include "cli/output.h"
@@ -95,9 +96,6 @@ std::string migration_text(const Json& status, Time now) {
 void run_describe(const ClientFlags& flags, const DescribeArgs& args) {
   auto format = parse_output_format(args.output, /*allow_name=*/false);
   if (!format) fail(format.error());
-  if (args.job.empty() || args.job.find('/') != std::string::npos) {
-    fail(Error::invalid_argument("JOB", args.job, "expected a job id such as train-6f3ae726 (see cnlab ps)"));
-  }
   auto client = connect(flags);
   if (!client) fail(client.error());
   auto job = get_json(**client, "/v1/jobs/" + url_encode(args.job));
@@ -223,7 +221,7 @@ void run_describe(const ClientFlags& flags, const DescribeArgs& args) {
 void add_describe_command(CLI::App& app, std::shared_ptr<ClientFlags> flags) {
   auto args = std::make_shared<DescribeArgs>();
   auto* describe = app.add_subcommand("describe", "Show one job: placement, why it waits, how it ended, its events");
-  describe->add_option("JOB", args->job, "The job id (see cnlab ps)")->required();
+  describe->add_option("JOB", args->job, "The job id (see cnlab ps)")->required()->check(job_id());
   add_output_option(*describe, args->output, /*allow_name=*/false);
   describe->footer("Example:\n  cnlab describe train-6f3ae726\n  cnlab describe train-6f3ae726 -o json | jq .status.placement");
   describe->callback([flags, args] { run_describe(*flags, *args); });

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "cli/arguments.h"
 #include "cli/cli.h"
 #include "cli/client_config.h"
 #include "cli/commands.h"
@@ -56,7 +57,7 @@ int logs(const ClientFlags& flags, const LogsOptions& options) {
 void add_logs_command(CLI::App& app, std::shared_ptr<ClientFlags> flags) {
   auto options = std::make_shared<LogsOptions>();
   auto* logs_app = app.add_subcommand("logs", "Print a job's log; -f follows it until the job ends");
-  logs_app->add_option("JOB", options->job, "Job id (train-6f3ae726)")->required();
+  logs_app->add_option("JOB", options->job, "Job id (train-6f3ae726)")->required()->check(job_id());
   logs_app->add_flag("-f,--follow", options->follow, "Keep printing new lines until the job has ended");
   logs_app->add_option("--from-seq", options->from_seq, "Start at this line number (the server's seq)")
       ->check(CLI::NonNegativeNumber);

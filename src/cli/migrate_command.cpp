@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli/arguments.h"
 #include "cli/cli.h"
 #include "cli/client_config.h"
 #include "cli/commands.h"
@@ -141,9 +142,11 @@ void add_migrate_commands(CLI::App& app, std::shared_ptr<ClientFlags> flags) {
   auto checkpoint_no_wait = std::make_shared<bool>(false);
   auto checkpoint_timeout = std::make_shared<int64_t>(300);
   auto* checkpoint_app = app.add_subcommand("checkpoint", "Take a transparent checkpoint of a running job now");
-  checkpoint_app->add_option("JOB", *id, "Job id (train-6f3ae726)")->required();
+  checkpoint_app->add_option("JOB", *id, "Job id (train-6f3ae726)")->required()->check(job_id());
   checkpoint_app->add_flag("--no-wait", *checkpoint_no_wait, "Return once the checkpoint is requested");
-  checkpoint_app->add_option("--timeout", *checkpoint_timeout, "Seconds to wait for the outcome")->capture_default_str();
+  checkpoint_app->add_option("--timeout", *checkpoint_timeout, "Seconds to wait for the outcome")
+      ->capture_default_str()
+      ->check(positive_seconds());
   checkpoint_app->footer("Example: cnlab checkpoint train-6f3ae726");
   checkpoint_app->callback([flags, id, checkpoint_no_wait, checkpoint_timeout] {
     std::exit(checkpoint(*flags, *id, !*checkpoint_no_wait, std::chrono::seconds(*checkpoint_timeout)));
@@ -154,10 +157,15 @@ void add_migrate_commands(CLI::App& app, std::shared_ptr<ClientFlags> flags) {
   auto no_wait = std::make_shared<bool>(false);
   auto timeout = std::make_shared<int64_t>(300);
   auto* migrate_app = app.add_subcommand("migrate", "Move a running job to another node, live");
-  migrate_app->add_option("JOB", *migrate_id, "Job id (train-6f3ae726)")->required();
-  migrate_app->add_option("--to", *to, "The node to move it to (default: of the nodes that can take it, the one with the most free CPU)");
+  migrate_app->add_option("JOB", *migrate_id, "Job id (train-6f3ae726)")->required()->check(job_id());
+  migrate_app
+      ->add_option("--to", *to,
+                   "The node to move it to (default: of the nodes that can take it, the one with the most free CPU)")
+      ->check(node_name());
   migrate_app->add_flag("--no-wait", *no_wait, "Return once the migration is requested");
-  migrate_app->add_option("--timeout", *timeout, "Seconds to wait for the outcome")->capture_default_str();
+  migrate_app->add_option("--timeout", *timeout, "Seconds to wait for the outcome")
+      ->capture_default_str()
+      ->check(positive_seconds());
   migrate_app->footer("Example: cnlab migrate train-6f3ae726 --to gpu-node-7");
   migrate_app->callback([flags, migrate_id, to, no_wait, timeout] {
     std::exit(migrate(*flags, *migrate_id, *to, !*no_wait, std::chrono::seconds(*timeout)));

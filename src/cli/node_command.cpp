@@ -12,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "cli/arguments.h"
 #include "cli/client_config.h"
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
@@ -114,13 +115,15 @@ void add_node_commands(CLI::App& admin, std::shared_ptr<ClientFlags> flags) {
     auto wait = std::make_shared<bool>(false);
     auto requeue = std::make_shared<bool>(false);
     auto timeout = std::make_shared<int64_t>(600);
-    command->add_option("NAME", *name, "Node name (cnlab nodes lists them)")->required();
+    command->add_option("NAME", *name, "Node name (cnlab nodes lists them)")
+        ->required()
+        ->check(node_name());
     if (verb == "drain") {
       command->add_flag("--requeue", *requeue,
                         "Requeue what cannot move live instead of letting it finish there (checkpointable jobs resume "
                         "elsewhere from the checkpoint taken as they stop; the rest start again)");
       command->add_flag("--wait", *wait, "Wait until no job is left on the node (exit 1 at --timeout, listing them)");
-      command->add_option("--timeout", *timeout, "Seconds --wait waits")->capture_default_str()->check(CLI::PositiveNumber);
+      command->add_option("--timeout", *timeout, "Seconds --wait waits")->capture_default_str()->check(positive_seconds());
     }
     command->footer("Example:\n  cnlab admin node " + verb + " gpu-7" + (verb == "drain" ? " --wait" : ""));
     command->callback([flags, verb, done, name, wait, requeue, timeout] {
