@@ -451,9 +451,15 @@ bool JobRunner::prepare_and_start() {
   if (env.nodes > 1) env.master_address = context_.node_address(job.status.placement.front().node);
   env.devices = *devices;
   env.simulated = simulated;
-  env.home = work.string();
-  env.artifacts_dir = artifacts.string();
-  env.checkpoint_dir = checkpoint.string();
+  // Where the job sees its directories: where it gets namespaces, at the same paths on every node
+  // (kJobViewRoot), so that a restore on a node keeping them elsewhere leaves its environment, its
+  // working directory and what it derived from them (sys.path) pointing at them; else where they are.
+  const bool view = context_.runtime->capabilities().namespaces;
+  const fs::path view_root(kJobViewRoot);
+  const fs::path seen_work = view ? view_root / "work" : work;
+  env.home = seen_work.string();
+  env.artifacts_dir = view ? (view_root / "artifacts").string() : artifacts.string();
+  env.checkpoint_dir = view ? (view_root / "checkpoint").string() : checkpoint.string();
 
   ProcessSpec spec;
   spec.job_id = job_id_;
@@ -479,7 +485,10 @@ bool JobRunner::prepare_and_start() {
       restore_from.reset();
     }
   }
-  spec.working_dir = working_dir.string();
+  spec.working_dir = (seen_work / job.spec.working_dir).string();
+  if (view) {
+    spec.view_mounts = {{work, env.home}, {artifacts, env.artifacts_dir}, {checkpoint, env.checkpoint_dir}};
+  }
   spec.limits.cpu_milli = job.spec.cpu_milli;
   spec.limits.memory_bytes = job.spec.memory_mib * (int64_t{1} << 20);
   spec.job_dir = dir_ / "run";

@@ -29,9 +29,12 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 namespace fs = std::filesystem;
 
-// argv[1]: how many ticks (0: forever). At the end it checks its own file and says so.
+// argv[1]: how many ticks (0: forever). At the end it writes its result where its environment
+// said at the start (after a move, the paths a node other than this one gave it), then checks its
+// own file and says so.
 constexpr const char* kCounter = R"(
 import os, subprocess, sys, time
+artifacts = os.environ['CNLAB_ARTIFACTS_DIR']
 out = open('counter.txt', 'a')
 child = subprocess.Popen([sys.executable, '-c', 'import time\nwhile True: time.sleep(0.05)'])
 limit = int(sys.argv[1])
@@ -43,7 +46,8 @@ while limit == 0 or i < limit:
     i += 1
     time.sleep(0.1)
 child.kill()
-numbers = open('counter.txt').read().split()
+open(os.path.join(artifacts, 'result.txt'), 'w').write(f'{i} ticks\n')
+numbers = open(os.path.join(os.getcwd(), 'counter.txt')).read().split()
 ok = numbers == [str(n) for n in range(len(numbers))]
 print('file', 'ok' if ok else 'BAD', len(numbers), flush=True)
 )";
@@ -273,6 +277,12 @@ TEST_F(MigrationTest, ALiveMigratedJobCarriesOnOnTheOtherNodeWithoutAGapOrARepea
   expect_unbroken(ticks(lines), 60);
   EXPECT_EQ(lines.back(), "file ok 60") << "the file it kept open on node-a was appended to on node-b";
   EXPECT_THAT(agents_[1]->log(), HasSubstr("job started job=\"" + id + "\""));
+  // The paths node-a gave it (its environment, its working directory) hold on node-b, whose data
+  // directory is elsewhere: the result it wrote there by name is among its artifacts.
+  auto result = admin_->request("GET", "/v1/jobs/" + id + "/artifacts/result.txt");
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->status, 200) << result->body;
+  EXPECT_EQ(result->body, "60 ticks\n");
 }
 
 // argv[1]: MiB of memory it fills with random bytes (nothing compresses); argv[2]: ticks. It prints

@@ -43,7 +43,10 @@ def main(argv):
         fail('a --pid is required')
     try:
         status = open(f'/proc/{pid}/status').read()
-        cwd = os.readlink(f'/proc/{pid}/cwd')
+        # Through the link itself, not the path it names: that path is the process's, in its own
+        # mount namespace (a job's directories are bound at /run/cnlab/job there).
+        cwd = f'/proc/{pid}/cwd'
+        os.stat(cwd)
     except OSError as e:
         fail(f'Could not get state of process ID {pid}: "{e.strerror}"')
     nspid = [line.split()[-1] for line in status.splitlines() if line.startswith('NSpid:')][0]

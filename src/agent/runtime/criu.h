@@ -63,7 +63,8 @@ std::vector<std::string> lazy_pages_args(const std::string& criu, const std::fil
                                          const std::filesystem::path& log, const HostPort& from);
 // `criu restore --restore-detached` of `images`, the new pipes' write ends at the given
 // descriptors of the CRIU process, the restored root's pid written to `pid_file`, the dump's
-// `external` mounts bound from this machine's same paths.
+// `external` mounts bound from where this machine has them (external[i] for the dump's i-th external
+// mount: the same path, or the node's own directory for a job's view mount).
 // With `lazy`, the memory comes from a `criu lazy-pages` started beside it (lazy_pages_args).
 std::vector<std::string> restore_args(const std::string& criu, const std::filesystem::path& images,
                                       const std::filesystem::path& log, const std::filesystem::path& pid_file,

@@ -178,6 +178,11 @@ std::string encode(const LaunchSpec& spec) {
             {"cgroup", cgroups::to_json(spec.cgroup)},
             {"isolation", capabilities_json(spec.isolation)},
             {"shim_command", spec.shim_command}};
+  if (!spec.view_mounts.empty()) {
+    Json mounts = Json::array();
+    for (const ViewMount& m : spec.view_mounts) mounts.push_back({{"source", m.source.string()}, {"view", m.view}});
+    json["view_mounts"] = mounts;
+  }
   if (!spec.restore_from.empty()) {
     json["restore_from"] = spec.restore_from;
     json["criu"] = spec.criu;
@@ -203,6 +208,16 @@ Result<LaunchSpec> decode_spec(std::string_view text) {
   spec.restore_lazy = reader.boolean_or("restore_lazy", false);
   spec.hostname = reader.string_or("hostname", "");
   spec.namespaces = reader.boolean_or("namespaces", false);
+  if (const Json* mounts = reader.array("view_mounts")) {
+    for (const auto& m : *mounts) {
+      if (!m.is_object() || !m.contains("source") || !m["source"].is_string() || !m.contains("view") ||
+          !m["view"].is_string()) {
+        reader.fail(Error::invalid_argument(reader.path_of("view_mounts"), m.dump(), "{\"source\", \"view\"} expected"));
+        break;
+      }
+      spec.view_mounts.push_back({m["source"].get<std::string>(), m["view"].get<std::string>()});
+    }
+  }
   spec.switch_user = reader.boolean_or("switch_user", false);
   spec.uid = static_cast<uint32_t>(reader.integer_or("uid", 0, 0, kMaxId));
   spec.gid = static_cast<uint32_t>(reader.integer_or("gid", 0, 0, kMaxId));

@@ -55,6 +55,7 @@ struct LaunchSpec {
   std::string working_dir;
   std::string hostname;
   bool namespaces = false;
+  std::vector<ViewMount> view_mounts;  // bound by the init in the job's mount namespace
   bool switch_user = false;
   uint32_t uid = 0;
   uint32_t gid = 0;

@@ -233,6 +233,20 @@ Status validate(const ProcessSpec& spec) {
       return Error::invalid_argument("working_dir", spec.working_dir, "an absolute path (or empty: the job directory)");
     }
   }
+  for (size_t i = 0; i < spec.view_mounts.size(); ++i) {
+    const ViewMount& mount = spec.view_mounts[i];
+    if (!mount.source.is_absolute()) {
+      return Error::invalid_argument(fmt::format("view_mounts[{}].source", i), mount.source.string(),
+                                     "an absolute path is required");
+    }
+    const fs::path view(mount.view);
+    const fs::path relative = view.lexically_relative(kJobViewRoot);
+    if (!view.is_absolute() || relative.empty() || *relative.begin() == ".." || *relative.begin() == "." ||
+        mount.view.find("/..") != std::string::npos) {
+      return Error::invalid_argument(fmt::format("view_mounts[{}].view", i), mount.view,
+                                     fmt::format("a path under {} without \"..\"", kJobViewRoot));
+    }
+  }
   const std::pair<const char*, int64_t> limits[] = {{"limits.cpu_milli", spec.limits.cpu_milli},
                                                     {"limits.memory_bytes", spec.limits.memory_bytes},
                                                     {"limits.pids", spec.limits.pids}};
@@ -1140,6 +1154,11 @@ Error start_error(const Json& report, const ProcessSpec& spec, const jobfiles::L
   const std::string message = reader.string_or("message", "the shim reported a failure");
   if (stage == "exec") return Error::invalid_argument("argv[0]", spec.argv[0], message);
   if (stage == "chdir") return Error::invalid_argument("working_dir", launch.working_dir, message);
+  if (stage == "mount_view") {
+    std::string views;
+    for (const ViewMount& mount : launch.view_mounts) views += (views.empty() ? "" : ",") + mount.view;
+    return Error::of(ErrorCode::kUnavailable, "view_mounts", views, message);
+  }
   if (stage == "setgroups" || stage == "setgid" || stage == "setuid") {
     return Error::of(ErrorCode::kFailedPrecondition, "run_as", std::to_string(launch.uid), message);
   }
@@ -1191,6 +1210,13 @@ Result<JobHandle> Runtime::start(const ProcessSpec& spec) {
   launch.hostname = spec.hostname.empty() ? default_hostname(cgroup_name) : spec.hostname;
   launch.namespaces = caps.namespaces;
   if (caps.namespaces) launch.shim_command = impl_->options.shim_command;
+  if (caps.namespaces) {
+    for (const ViewMount& mount : spec.view_mounts) {
+      fs::create_directories(mount.view, ec);
+      if (ec) return Error::of(ErrorCode::kUnavailable, "view_mounts", mount.view, "mkdir: " + ec.message());
+      launch.view_mounts.push_back(mount);
+    }
+  }
   // A page pull started for a restore that then does not happen is stopped with it.
   struct StopUnlessStarted {
     std::shared_ptr<std::atomic<bool>> flag;

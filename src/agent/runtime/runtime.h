@@ -67,12 +67,30 @@ struct RunAs {
   bool empty() const { return user.empty() && !uid && !gid; }
 };
 
+// Where a job that has namespaces sees its directories: the same path on every node, whatever the
+// node's data directory, so that what the job keeps of them (its environment, its working
+// directory, Python's sys.path) still holds after it is restored on a node that keeps its files
+// elsewhere. The runtime creates the mount points on the host; each job binds over them in its
+// own mount namespace, so jobs and agents sharing a machine do not see each other's.
+inline constexpr std::string_view kJobViewRoot = "/run/cnlab/job";
+
+// A node directory bound into the job's mount namespace at `view` (absolute, under kJobViewRoot).
+struct ViewMount {
+  std::filesystem::path source;  // absolute, an existing directory of this node
+  std::string view;
+};
+
 struct ProcessSpec {
   std::string job_id;             // for logs; the cgroup name and hostname derive from it
   std::vector<std::string> argv;  // argv[0] without '/' is looked up in PATH of `env`
                                   // (or /usr/local/bin:/usr/bin:/bin when env has none)
   std::vector<std::string> env;   // "KEY=VALUE": exactly the job's environment, nothing inherited
   std::string working_dir;        // absolute; empty: the job directory
+  // Applied only where the job gets namespaces (capabilities().namespaces): the caller then gives
+  // the job the view paths (its environment, working_dir). A restore binds each view mount of the
+  // dump from the `source` of the same view here; mounts of other paths from this machine's same
+  // path.
+  std::vector<ViewMount> view_mounts;
   ResourceLimits limits;
   // Absolute; created if missing; must hold none of the runtime's files from an earlier run. When
   // the job runs as another user, the directory becomes <agent uid>:<job's group> with mode 01770:

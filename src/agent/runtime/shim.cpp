@@ -79,6 +79,7 @@ enum class Stage : int32_t {
   kJoinCgroup,
   kMountPrivate,
   kMountProc,
+  kMountView,
   kHostname,
   kSetsid,
   kForkCommand,
@@ -99,6 +100,7 @@ const char* stage_name(Stage stage) {
     case Stage::kJoinCgroup: return "join_cgroup";
     case Stage::kMountPrivate: return "mount_private";
     case Stage::kMountProc: return "mount_proc";
+    case Stage::kMountView: return "mount_view";
     case Stage::kHostname: return "hostname";
     case Stage::kSetsid: return "setsid";
     case Stage::kForkCommand: return "fork_command";
@@ -265,6 +267,12 @@ bool forwarded(int sig) {
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) child_fail(Stage::kMountPrivate, errno);
   if (::mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) {
     child_fail(Stage::kMountProc, errno);
+  }
+  // The job's directories at the paths it is given, the same on every node (kJobViewRoot).
+  for (const ViewMount& mount : spec.view_mounts) {
+    if (::mount(mount.source.c_str(), mount.view.c_str(), nullptr, MS_BIND, nullptr) != 0) {
+      child_fail(Stage::kMountView, errno);
+    }
   }
   if (!spec.hostname.empty() && ::sethostname(spec.hostname.data(), spec.hostname.size()) != 0) {
     child_fail(Stage::kHostname, errno);
@@ -547,6 +555,13 @@ Status Shim::launch_restore() {
       return mounts.error();
     }
     external = std::move(*mounts);
+  }
+  // Each mount bound from this machine's same path, but the job's own directories from where this
+  // node keeps them.
+  for (std::string& from : external) {
+    for (const ViewMount& mount : spec_.view_mounts) {
+      if (from == mount.view) from = mount.source.string();
+    }
   }
   const fs::path pid_file = dir_ / "restore.pid";
   std::vector<std::string> args = criu::restore_args(spec_.criu, images, dir_ / "restore.log", pid_file, *pipes,

@@ -294,6 +294,65 @@ while True:
   ASSERT_TRUE(restored.job->stop(2s));
 }
 
+// Where jobs have namespaces the agent gives each its directories at view paths, the same on every
+// node. A job restored in another directory (as on a node whose data directory is elsewhere) keeps
+// them: the restore binds the restoring node's copy at the view, so what it opens by name after the
+// move is that node's, even once the first node's copy is gone, and the file it kept open goes on.
+TEST_F(CheckpointTest, AJobsViewPathsLeadToTheRestoringNodesDirectoriesAfterARestore) {
+  const std::string view = std::string(kJobViewRoot) + "/work";
+  // Prints "tick N pid P child 0 alive WORD", WORD read afresh by name from its working directory.
+  auto on = [&](const std::string& node) {
+    ProcessSpec spec = counter_job(node);
+    spec.view_mounts = {{dir_.path() / node / "job" / "work", view}};
+    spec.working_dir = view;
+    spec.argv = {"/usr/bin/python3", "-u", "-c", R"(
+import os, time
+out = open('counter.txt', 'a')
+i = 0
+while True:
+    where = open(os.path.join(os.getcwd(), 'where.txt')).read().strip()
+    print(f'tick {i} pid {os.getpid()} child 0 alive {where}', flush=True)
+    out.write(f'{i}\n')
+    out.flush()
+    i += 1
+    time.sleep(0.1)
+)"};
+    return spec;
+  };
+  fs::create_directories(dir_.path() / "node-a" / "job" / "work");
+  { std::ofstream(dir_.path() / "node-a" / "job" / "work" / "where.txt") << "node_a\n"; }
+  auto source = runtime_->start(on("node-a"));
+  ASSERT_TRUE(source) << source.error().to_string();
+  auto reader = OutputReader::open(source->output_path());
+  ASSERT_TRUE(reader);
+  auto before = read_until_tick(*reader, 3);
+  ASSERT_FALSE(ticks(before).empty());
+  EXPECT_EQ(ticks(before).back().alive, "node_a");
+
+  const fs::path images = dir_.path() / "images";
+  auto taken = source->checkpoint(images, JobHandle::AfterDump::kStop);
+  ASSERT_TRUE(taken) << taken.error().to_string();
+  EXPECT_THAT(read_text(images / "cnlab-external-mounts.json"), HasSubstr(view));
+  EXPECT_EQ(source->wait(10s).state, JobState::kExited);
+  for (auto& line : collect(*source, *reader)) before.push_back(std::move(line));
+  const Tick last = ticks(before).back();
+
+  ASSERT_TRUE(copy_to_node_b(images));
+  fs::remove_all(dir_.path() / "node-a" / "job" / "work");
+  { std::ofstream(dir_.path() / "node-b" / "job" / "work" / "where.txt") << "node_b\n"; }
+  Restored restored;
+  restore(on("node-b"), images, last.n + 3, &restored);
+  ASSERT_TRUE(restored.job);
+  EXPECT_EQ(restored.ticks.front().n, last.n + 1);
+  EXPECT_EQ(restored.ticks.front().pid, last.pid);
+  EXPECT_EQ(restored.ticks.back().alive, "node_b");
+  ASSERT_TRUE(restored.job->stop(2s));
+  const std::vector<int> counted = counter_file("node-b");
+  ASSERT_GE(counted.size(), static_cast<size_t>(last.n + 4));
+  for (size_t i = 0; i < counted.size(); ++i) EXPECT_EQ(counted[i], static_cast<int>(i));
+  EXPECT_FALSE(fs::exists(fs::path(view) / "counter.txt")) << "nothing reached the host's mount point";
+}
+
 TEST_F(CheckpointTest, APostCopyDumpRunsElsewhereAtOnceAndItsPagesFollow) {
   auto source = runtime_->start(counter_job("node-a"));
   ASSERT_TRUE(source) << source.error().to_string();

@@ -286,6 +286,29 @@ TEST_F(RuntimeTest, WorkingDirectoryIsApplied) {
   EXPECT_THAT(texts(collect(job)), ElementsAre(fs::canonical(spec.working_dir).string()));
 }
 
+// Two jobs given the same view paths each see their own directory there, and the host's mount
+// point stays as it was: the binds live in each job's mount namespace.
+TEST_F(RuntimeTest, ViewMountsShowEachJobItsOwnDirectoryAtTheSamePath) {
+  need_namespaces();
+  const std::string view = std::string(kJobViewRoot) + "/work";
+  std::vector<JobHandle> jobs;
+  for (const std::string& name : {std::string("a"), std::string("b")}) {
+    const fs::path work = dir_.path() / ("work-" + name);
+    fs::create_directories(work);
+    { std::ofstream(work / "whose.txt") << name << "\n"; }
+    ProcessSpec spec = shell_job(job_dir(name), "pwd; cat whose.txt; echo written > made.txt");
+    spec.view_mounts = {{work, view}};
+    spec.working_dir = view;
+    jobs.push_back(start(spec));
+  }
+  EXPECT_THAT(texts(collect(jobs[0])), ElementsAre(view, "a"));
+  EXPECT_THAT(texts(collect(jobs[1])), ElementsAre(view, "b"));
+  EXPECT_EQ(read_text(dir_.path() / "work-a" / "made.txt"), "written");
+  EXPECT_EQ(read_text(dir_.path() / "work-b" / "made.txt"), "written");
+  EXPECT_TRUE(fs::is_directory(view)) << "the runtime makes the mount point";
+  EXPECT_FALSE(fs::exists(fs::path(view) / "made.txt")) << "the host's mount point is untouched";
+}
+
 TEST_F(RuntimeTest, ProgramThatCannotBeExecutedIsAnErrorNamingArgv0) {
   ProcessSpec spec = shell_job(job_dir("a"), "");
   spec.argv = {"/nonexistent/program"};
@@ -318,6 +341,19 @@ TEST_F(RuntimeTest, BadSpecFieldsAreNamed) {
   spec = shell_job(job_dir(), "true");
   spec.run_as.user = "no-such-user-cnlab";
   EXPECT_EQ(runtime_->start(spec).error().field, "run_as.user");
+  // A view mount binds only under kJobViewRoot, from an absolute path.
+  const std::string root(kJobViewRoot);
+  for (const std::string& view : {std::string("/etc"), root, root + "/../x", root + "/a/../../x", std::string("run/x")}) {
+    spec = shell_job(job_dir(), "true");
+    spec.view_mounts = {{dir_.path(), view}};
+    auto refused = runtime_->start(spec);
+    ASSERT_FALSE(refused) << view;
+    EXPECT_EQ(refused.error().field, "view_mounts[0].view") << view;
+    EXPECT_THAT(refused.error().message, HasSubstr("a path under " + root)) << view;
+  }
+  spec = shell_job(job_dir(), "true");
+  spec.view_mounts = {{"relative", root + "/work"}};
+  EXPECT_EQ(runtime_->start(spec).error().field, "view_mounts[0].source");
 }
 
 TEST_F(RuntimeTest, DirectoryHoldingAnEarlierRunIsRefused) {
