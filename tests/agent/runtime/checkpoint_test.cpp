@@ -177,6 +177,25 @@ class CheckpointTest : public ::testing::Test {
     out->after = restored.ticks;
   }
 
+  // Starts `spec` on node-a, which says "node_a" in its ticks, and dumps it into dir_/images (the
+  // job gone), `external` among the mounts passed as external; `last` is the last tick it printed.
+  void dump_from_node_a(const ProcessSpec& spec, const std::string& external, Tick* last) {
+    auto source = runtime_->start(spec);
+    ASSERT_TRUE(source) << source.error().to_string();
+    auto reader = OutputReader::open(source->output_path());
+    ASSERT_TRUE(reader);
+    auto before = read_until_tick(*reader, 3);
+    ASSERT_FALSE(ticks(before).empty());
+    EXPECT_EQ(ticks(before).back().alive, "node_a");
+    const fs::path images = dir_.path() / "images";
+    auto taken = source->checkpoint(images, JobHandle::AfterDump::kStop);
+    ASSERT_TRUE(taken) << taken.error().to_string();
+    EXPECT_THAT(read_text(images / "cnlab-external-mounts.json"), HasSubstr(external));
+    EXPECT_EQ(source->wait(10s).state, JobState::kExited);
+    for (auto& line : collect(*source, *reader)) before.push_back(std::move(line));
+    *last = ticks(before).back();
+  }
+
   std::vector<int> counter_file(const std::string& node) {
     std::vector<int> out;
     std::istringstream in(read_text(dir_.path() / node / "job" / "work" / "counter.txt"));
@@ -263,21 +282,10 @@ while True:
     i += 1
     time.sleep(0.1)
 )", library.string()};
-  auto source = runtime_->start(spec);
-  ASSERT_TRUE(source) << source.error().to_string();
-  auto reader = OutputReader::open(source->output_path());
-  ASSERT_TRUE(reader);
-  auto before = read_until_tick(*reader, 3);
-  ASSERT_FALSE(ticks(before).empty());
-  EXPECT_EQ(ticks(before).back().alive, "node_a");
-
+  Tick last;
+  dump_from_node_a(spec, mount_point.string(), &last);
+  if (HasFatalFailure()) return;
   const fs::path images = dir_.path() / "images";
-  auto taken = source->checkpoint(images, JobHandle::AfterDump::kStop);
-  ASSERT_TRUE(taken) << taken.error().to_string();
-  EXPECT_THAT(read_text(images / "cnlab-external-mounts.json"), HasSubstr(mount_point.string()));
-  EXPECT_EQ(source->wait(10s).state, JobState::kExited);
-  for (auto& line : collect(*source, *reader)) before.push_back(std::move(line));
-  const Tick last = ticks(before).back();
 
   // "Another node": what it has at that path now.
   { std::ofstream(library) << "node_b\n"; }
@@ -321,21 +329,10 @@ while True:
   };
   fs::create_directories(dir_.path() / "node-a" / "job" / "work");
   { std::ofstream(dir_.path() / "node-a" / "job" / "work" / "where.txt") << "node_a\n"; }
-  auto source = runtime_->start(on("node-a"));
-  ASSERT_TRUE(source) << source.error().to_string();
-  auto reader = OutputReader::open(source->output_path());
-  ASSERT_TRUE(reader);
-  auto before = read_until_tick(*reader, 3);
-  ASSERT_FALSE(ticks(before).empty());
-  EXPECT_EQ(ticks(before).back().alive, "node_a");
-
+  Tick last;
+  dump_from_node_a(on("node-a"), view, &last);
+  if (HasFatalFailure()) return;
   const fs::path images = dir_.path() / "images";
-  auto taken = source->checkpoint(images, JobHandle::AfterDump::kStop);
-  ASSERT_TRUE(taken) << taken.error().to_string();
-  EXPECT_THAT(read_text(images / "cnlab-external-mounts.json"), HasSubstr(view));
-  EXPECT_EQ(source->wait(10s).state, JobState::kExited);
-  for (auto& line : collect(*source, *reader)) before.push_back(std::move(line));
-  const Tick last = ticks(before).back();
 
   ASSERT_TRUE(copy_to_node_b(images));
   fs::remove_all(dir_.path() / "node-a" / "job" / "work");
