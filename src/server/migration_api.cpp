@@ -35,6 +35,12 @@ net::Response Api::request_checkpoint(const Call& call) {
   const std::string& id = call.param("id");
   auto cached = job_to_act_on(call, "jobs.checkpoint_request", "checkpoint");
   if (!cached) return error_response(cached.error());
+  // It takes no fields: a body, if any, is an empty object.
+  auto body = call.request.body.empty() ? Result<Json>(Json::object()) : parse_body(call.request);
+  if (!body) return error_response(body.error());
+  JsonReader fields(*body, "");
+  fields.only({});
+  if (!fields.status()) return error_response(fields.status().error());
   const std::string target = cached->object->spec.project + "/" + id;
   Json audit = audit_record(call, "jobs.checkpoint_request", target, "ok", Json::object());
   auto updated = update_job(
@@ -68,6 +74,9 @@ net::Response Api::migrate_job(const Call& call) {
   r.only({"to"});
   std::string to = r.string_or("to", "");
   if (!r.status()) return error_response(r.status().error());
+  if (to.empty() && body->contains("to")) {
+    return error_response(Error::invalid_argument("to", "", "name a node, or leave `to` out for the one with the most room"));
+  }
   if (seen.status.placement.size() != 1) {
     return error_response(Error::failed_precondition("job " + id + " cannot migrate: " + migration_refusal(seen, nullptr)));
   }

@@ -90,6 +90,7 @@ TEST_F(MigrateApiTest, ATargetThatCannotTakeTheJobIsRefusedSayingWhy) {
   EXPECT_EQ(migrate(id, 404, {{"to", "node-zzz"}})["error"]["field"], "to");
   EXPECT_EQ(migrate(id, 400, {{"to", "gpu-1"}})["error"]["field"], "to") << "the node it runs on";
   EXPECT_EQ(migrate(id, 400, {{"to", 5}})["error"]["field"], "to");
+  EXPECT_EQ(migrate(id, 400, {{"to", ""}})["error"]["field"], "to") << "empty is not the same as left out";
   EXPECT_EQ(migrate(id, 400, {{"node", "small"}})["error"]["field"], "node");
   // Asked for no node: none of these can take it.
   EXPECT_THAT(migrate(id, 422).dump(), HasSubstr("nowhere to migrate it"));
@@ -211,6 +212,23 @@ TEST_F(MigrateApiTest, OnlyARunningCheckpointableJobMoves) {
               HasSubstr("only a Running job is checkpointed"));
   EXPECT_THAT(migrate(plain, 422).dump(), HasSubstr("not checkpointable"));
   EXPECT_THAT(call(*admin_, "POST", "/v1/jobs/" + plain + "/checkpoint", 422).dump(), HasSubstr("not checkpointable"));
+}
+
+TEST_F(MigrateApiTest, ACheckpointRequestTakesNoFieldsAndABadBodyChangesNothing) {
+  std::string id = running_job(1000);
+  Json unknown = call(*admin_, "POST", "/v1/jobs/" + id + "/checkpoint", 400, {{"when", "now"}});
+  EXPECT_EQ(unknown["error"]["field"], "when") << unknown.dump();
+  auto not_json = admin_->request("POST", "/v1/jobs/" + id + "/checkpoint", "now please", {{"content-type", "application/json"}});
+  ASSERT_TRUE(not_json);
+  EXPECT_EQ(not_json->status, 400) << not_json->body;
+  EXPECT_THAT(not_json->body, HasSubstr("\"field\":\"body\""));
+  EXPECT_FALSE(get_job(*admin_, id)["status"].contains("checkpoint_requested_at"));
+  // Empty, or an empty object: asked.
+  auto empty = admin_->request("POST", "/v1/jobs/" + id + "/checkpoint", "", {{"content-type", "application/json"}});
+  ASSERT_TRUE(empty);
+  EXPECT_EQ(empty->status, 202) << empty->body;
+  EXPECT_TRUE(call(*admin_, "POST", "/v1/jobs/" + id + "/checkpoint", 202, Json::object())["status"].contains(
+      "checkpoint_requested_at"));
 }
 
 TEST_F(MigrateApiTest, ACheckpointAskedOfAnEarlierRunIsNotAskedOfTheNext) {
