@@ -451,10 +451,10 @@ bool JobRunner::prepare_and_start() {
   if (env.nodes > 1) env.master_address = context_.node_address(job.status.placement.front().node);
   env.devices = *devices;
   env.simulated = simulated;
-  // Where the job sees its directories: where it gets namespaces, at the same paths on every node
+  // Where the job sees its directories: where the runtime can, at the same paths on every node
   // (kJobViewRoot), so that a restore on a node keeping them elsewhere leaves its environment, its
   // working directory and what it derived from them (sys.path) pointing at them; else where they are.
-  const bool view = context_.runtime->capabilities().namespaces;
+  const bool view = context_.runtime->capabilities().job_view;
   const fs::path view_root(kJobViewRoot);
   const fs::path seen_work = view ? view_root / "work" : work;
   env.home = seen_work.string();

@@ -1087,6 +1087,14 @@ Result<std::unique_ptr<Runtime>> Runtime::create(RuntimeOptions options) {
   } else {
     caps.namespaces_reason = "disabled by the runtime's options";
   }
+  if (!caps.namespaces) {
+    caps.job_view_reason = "jobs have no mount namespace of their own";
+  } else if (std::error_code ec; !fs::create_directories(kJobViewRoot, ec) && (ec || !fs::is_directory(kJobViewRoot))) {
+    caps.job_view_reason = fmt::format("cannot make {}: {}", kJobViewRoot, ec ? ec.message() : "not a directory");
+    spdlog::warn("runtime: jobs see their directories at this node's paths reason=\"{}\"", caps.job_view_reason);
+  } else {
+    caps.job_view = true;
+  }
   caps.switch_user = ::geteuid() == 0;
   if (options.criu.empty()) {
     caps.checkpoint_reason = "no CRIU configured";
@@ -1127,9 +1135,9 @@ Result<std::unique_ptr<Runtime>> Runtime::create(RuntimeOptions options) {
   }
   spdlog::info(
       "runtime: ready cgroups={} cpu_limit={} memory_limit={} swap_limit={} pids_limit={} namespaces={} "
-      "switch_user={} checkpoint={} dirty_tracking={} gpu_checkpoint={}",
+      "job_view={} switch_user={} checkpoint={} dirty_tracking={} gpu_checkpoint={}",
       to_string(caps.cgroups), caps.cpu_limit, caps.memory_limit, caps.swap_limit, caps.pids_limit, caps.namespaces,
-      caps.switch_user, caps.checkpoint, caps.dirty_tracking, caps.gpu_checkpoint);
+      caps.job_view, caps.switch_user, caps.checkpoint, caps.dirty_tracking, caps.gpu_checkpoint);
   impl->options = std::move(options);
   return std::unique_ptr<Runtime>(new Runtime(std::move(impl)));
 }
@@ -1210,7 +1218,7 @@ Result<JobHandle> Runtime::start(const ProcessSpec& spec) {
   launch.hostname = spec.hostname.empty() ? default_hostname(cgroup_name) : spec.hostname;
   launch.namespaces = caps.namespaces;
   if (caps.namespaces) launch.shim_command = impl_->options.shim_command;
-  if (caps.namespaces) {
+  if (caps.job_view) {
     for (const ViewMount& mount : spec.view_mounts) {
       fs::create_directories(mount.view, ec);
       if (ec) return Error::of(ErrorCode::kUnavailable, "view_mounts", mount.view, "mkdir: " + ec.message());

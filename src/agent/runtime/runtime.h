@@ -86,8 +86,8 @@ struct ProcessSpec {
                                   // (or /usr/local/bin:/usr/bin:/bin when env has none)
   std::vector<std::string> env;   // "KEY=VALUE": exactly the job's environment, nothing inherited
   std::string working_dir;        // absolute; empty: the job directory
-  // Applied only where the job gets namespaces (capabilities().namespaces): the caller then gives
-  // the job the view paths (its environment, working_dir). A restore binds each view mount of the
+  // Applied only where the runtime can (capabilities().job_view): the caller then gives the job
+  // the view paths (its environment, working_dir), and elsewhere the node's own. A restore binds each view mount of the
   // dump from the `source` of the same view here; mounts of other paths from this machine's same
   // path.
   std::vector<ViewMount> view_mounts;
@@ -139,9 +139,12 @@ struct RuntimeCapabilities {
   bool pids_limit = false;
   bool tree_kill = false;         // stop() kills the whole tree through the cgroup
   bool namespaces = false;        // own PID, mount (fresh /proc), IPC and UTS namespaces
+  // ProcessSpec::view_mounts are applied: namespaces, and kJobViewRoot could be made on the host.
+  bool job_view = false;
   bool switch_user = false;       // RunAs can be honoured (the agent is root)
   std::string cgroups_reason;     // why cgroups are off or partial; empty when all is well
   std::string namespaces_reason;  // why namespaces are off; empty when they work
+  std::string job_view_reason;    // why jobs see their node's own paths; empty when they get the view
   // Transparent checkpoints (CRIU): a running job's whole tree dumped and restored, here or on
   // another node. Needs namespaces, root and a CRIU whose `criu check` passes.
   bool checkpoint = false;

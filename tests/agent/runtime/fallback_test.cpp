@@ -59,8 +59,10 @@ TEST_F(FallbackTest, CapabilitiesSayWhatIsOffAndWhy) {
   EXPECT_EQ(caps.cgroups, CgroupVersion::kNone);
   EXPECT_FALSE(caps.memory_limit || caps.cpu_limit || caps.pids_limit || caps.tree_kill);
   EXPECT_FALSE(caps.namespaces);
+  EXPECT_FALSE(caps.job_view);
   EXPECT_THAT(caps.cgroups_reason, HasSubstr("disabled"));
   EXPECT_THAT(caps.namespaces_reason, HasSubstr("disabled"));
+  EXPECT_THAT(caps.job_view_reason, HasSubstr("no mount namespace"));
 }
 
 TEST_F(FallbackTest, LinesStreamsAndExitCodeComeBack) {
@@ -129,6 +131,19 @@ TEST_F(FallbackTest, EnvironmentAndWorkingDirectoryAreApplied) {
   auto job = start(spec);
   // dash adds PWD (and nothing else) to what it was given.
   EXPECT_THAT(texts(collect(job)), ElementsAre("/tmp", "this", "2"));
+}
+
+// Without a mount namespace there is nowhere private to bind them: view mounts are not applied, and
+// the job works in its node's own directory (the agent gives it those paths then).
+TEST_F(FallbackTest, ViewMountsAreNotAppliedWithoutAMountNamespace) {
+  const fs::path work = dir_.path() / "work";
+  fs::create_directories(work);
+  ProcessSpec spec = shell_job(job_dir(), "pwd; echo here > made.txt");
+  spec.view_mounts = {{work, std::string(kJobViewRoot) + "/work"}};
+  spec.working_dir = work.string();
+  auto job = start(spec);
+  EXPECT_THAT(texts(collect(job)), ElementsAre(fs::canonical(work).string()));
+  EXPECT_EQ(read_text(work / "made.txt"), "here");
 }
 
 TEST_F(FallbackTest, AdoptAfterRestartGetsTheRestOfTheOutputAndTheExit) {

@@ -73,6 +73,8 @@ TEST_F(RuntimeTest, DetectsCgroupsAndNamespacesOnThisMachine) {
   EXPECT_TRUE(caps.memory_limit);
   EXPECT_TRUE(caps.tree_kill);
   EXPECT_TRUE(caps.namespaces) << caps.namespaces_reason;
+  EXPECT_TRUE(caps.job_view) << caps.job_view_reason;
+  EXPECT_TRUE(fs::is_directory(kJobViewRoot));
   EXPECT_TRUE(caps.switch_user);
 }
 
