@@ -259,6 +259,8 @@ void add_run_command(CLI::App& app, std::shared_ptr<ClientFlags> flags) {
       ->check(CLI::IsMember({"inference", "production", "dev", "opportunistic"}));
   run_app->add_option("--deadline", job.deadline, "Wanted completion: a duration from now (2h) or a time (2026-12-01T18:00Z)");
   run_app->add_option("--estimate", job.estimate, "How long the job runs once started (45m); helps the scheduler plan");
+  run_app->add_option("--cpu", job.cpu, "Host CPU the job needs: cores (4, 0.5) or millicores (500m)");
+  run_app->add_option("--memory", job.memory, "Host memory the job needs (16Gi, 512Mi); its limit too");
   run_app->add_option("--env", job.env, "Environment variable for the job, NAME=VALUE (repeatable)")
       ->allow_extra_args(false);
   run_app->add_option("--name", job.name, "Job name (else the script's name); the id adds a random suffix");
@@ -294,6 +296,8 @@ void add_run_command(CLI::App& app, std::shared_ptr<ClientFlags> flags) {
         {"--deadline", [&](const std::string& v) { job.deadline = v; }},
         {"--estimate", [&](const std::string& v) { job.estimate = v; }},
         {"--env", [&](const std::string& v) { job.env.push_back(v); }},
+        {"--cpu", [&](const std::string& v) { job.cpu = v; }},
+        {"--memory", [&](const std::string& v) { job.memory = v; }},
         {"--name", [&](const std::string& v) { job.name = v; }},
         {"--artifacts", [&](const std::string& v) { options->artifacts_dir = v; }},
         {"--max-workspace", [&](const std::string& v) { options->max_workspace = v; }},

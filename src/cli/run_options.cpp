@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 
@@ -86,6 +87,31 @@ Result<std::vector<std::string>> take_trailing_flags(
     command.push_back(word);
   }
   return command;
+}
+
+Result<int64_t> parse_cpu_milli(std::string_view text, std::string_view field) {
+  auto bad = [&](const char* why) { return Error::invalid_argument(std::string(field), std::string(text), why); };
+  const char* kExpected = "expected cores (4, 0.5) or millicores (500m)";
+  const std::string value = to_lower(trim(text));
+  auto all_digits = [](std::string_view s) {
+    return !s.empty() && s.size() <= 12 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  int64_t milli = 0;
+  if (!value.empty() && value.back() == 'm') {
+    const std::string digits = value.substr(0, value.size() - 1);
+    if (!all_digits(digits)) return bad(kExpected);
+    milli = std::stoll(digits);
+  } else {
+    const size_t dot = value.find('.');
+    const std::string whole = value.substr(0, dot);
+    std::string fraction = dot == std::string::npos ? "" : value.substr(dot + 1);
+    if (!all_digits(whole) || (dot != std::string::npos && !all_digits(fraction))) return bad(kExpected);
+    if (fraction.size() > 3) return bad("finer than a millicore (0.001)");
+    fraction.resize(3, '0');
+    milli = std::stoll(whole) * 1000 + std::stoll(fraction);
+  }
+  if (milli <= 0) return bad("must be more than 0");
+  return milli;
 }
 
 Result<Time> parse_deadline(std::string_view text, Time now) {
@@ -176,6 +202,16 @@ Result<Json> job_body(const RunFlags& flags, const WorkspaceRef* workspace, Time
     spec["env"] = env;
   }
   if (flags.checkpointable) spec["checkpointable"] = true;
+  if (!flags.cpu.empty()) {
+    auto milli = parse_cpu_milli(flags.cpu, "--cpu");
+    if (!milli) return milli.error();
+    spec["cpu_milli"] = *milli;
+  }
+  if (!flags.memory.empty()) {
+    auto bytes = parse_byte_size(flags.memory, "--memory");
+    if (!bytes) return bytes.error();
+    spec["memory_mib"] = (*bytes + (int64_t{1} << 20) - 1) >> 20;  // a part of a MiB asks for the whole MiB
+  }
   if (workspace) spec["workspace"] = {{"digest", workspace->digest}, {"size_bytes", workspace->size_bytes}};
   Json body = {{"spec", spec}};
   if (std::string name = job_name(flags); !name.empty()) body["metadata"] = {{"name", name}};

@@ -27,6 +27,8 @@ struct RunFlags {
   std::vector<std::string> env;  // K=V
   std::string name;            // "" : from the script's name
   bool checkpointable = false;
+  std::string cpu;     // "4", "0.5" (cores) or "500m"; "" : none asked (spec.cpu_milli 0)
+  std::string memory;  // "16Gi"; "" : none asked (spec.memory_mib 0)
 };
 
 // The workspace a job runs in, once uploaded.
@@ -38,6 +40,9 @@ struct WorkspaceRef {
 // "1Gi", "512Mi", "64Ki", "2G", "100M", "4096" (bytes), any case, with an optional "B".
 // Zero and negative sizes are refused. `field` names the flag in the error.
 Result<int64_t> parse_byte_size(std::string_view text, std::string_view field);
+// Host CPU as Kubernetes writes it: "4" or "0.5" cores, or "500m" millicores; whole millicores,
+// more than 0. `field` names the flag in the error.
+Result<int64_t> parse_cpu_milli(std::string_view text, std::string_view field);
 // `cnlab run`'s words from SCRIPT_OR_COMMAND on: until a `--`, a word naming one of `values`
 // (`--gpu h100-25` or `--gpu=h100-25`) or `switches` (`--detach`) is taken out and handed to its
 // setter; what is left, with everything after the first `--` after SCRIPT_OR_COMMAND, is the job's

@@ -30,6 +30,35 @@ TEST(ByteSize, NonsenseAndZeroAreRefusedNamingTheFlag) {
   EXPECT_FALSE(parse_byte_size("3Qi", "f"));
 }
 
+TEST(CpuMilli, CoresOrMillicoresAsKubernetesWritesThem) {
+  EXPECT_EQ(*parse_cpu_milli("4", "--cpu"), 4000);
+  EXPECT_EQ(*parse_cpu_milli("0.5", "--cpu"), 500);
+  EXPECT_EQ(*parse_cpu_milli("2.25", "--cpu"), 2250);
+  EXPECT_EQ(*parse_cpu_milli("1.001", "--cpu"), 1001);
+  EXPECT_EQ(*parse_cpu_milli("250m", "--cpu"), 250);
+  EXPECT_EQ(*parse_cpu_milli(" 8 ", "--cpu"), 8000);
+  for (const char* bad : {"", "0", "0m", "0.0", "-1", "1.0005", "four", "1.", ".5", "2c", "m", "1e3", "9999999999999"}) {
+    auto refused = parse_cpu_milli(bad, "--cpu");
+    ASSERT_FALSE(refused) << bad;
+    EXPECT_EQ(refused.error().field, "--cpu") << bad;
+    EXPECT_EQ(refused.error().value, bad) << bad;
+  }
+  EXPECT_THAT(parse_cpu_milli("1.0005", "--cpu").error().message, HasSubstr("finer than a millicore"));
+}
+
+TEST(JobBody, MemoryIsAskedInWholeMiBAndBadHostFlagsAreNamed) {
+  Time now = at("2026-12-01T10:00:00Z");
+  auto rounded = job_body({.command = {"x"}, .gpu = "none", .memory = "1G"}, nullptr, now);
+  ASSERT_TRUE(rounded);
+  EXPECT_EQ((*rounded)["spec"]["memory_mib"], 954) << "10^9 bytes is 953.7 MiB, asked as 954";
+  auto memory = job_body({.command = {"x"}, .gpu = "none", .memory = "lots"}, nullptr, now);
+  ASSERT_FALSE(memory);
+  EXPECT_EQ(memory.error().field, "--memory");
+  auto cpu = job_body({.command = {"x"}, .gpu = "none", .cpu = "-2"}, nullptr, now);
+  ASSERT_FALSE(cpu);
+  EXPECT_EQ(cpu.error().field, "--cpu");
+}
+
 TEST(Deadline, ADurationCountsFromNow) {
   EXPECT_EQ(*parse_deadline("2h", at("2026-12-01T10:00:00Z")), at("2026-12-01T12:00:00Z"));
 }
@@ -69,7 +98,9 @@ TEST(JobBody, CarriesEveryFlag) {
                  .deadline = "2h",
                  .estimate = "45m",
                  .env = {"SEED=1", "EMPTY="},
-                 .checkpointable = true};
+                 .checkpointable = true,
+                 .cpu = "2.5",
+                 .memory = "1536Mi"};
   WorkspaceRef workspace{"sha256:abc", 161};
   auto body = job_body(flags, &workspace, at("2026-12-01T10:00:00Z"));
   ASSERT_TRUE(body) << body.error().to_string();
@@ -81,6 +112,8 @@ TEST(JobBody, CarriesEveryFlag) {
   EXPECT_EQ(spec["estimated_duration"], "45m");
   EXPECT_EQ(spec["env"], Json({{"SEED", "1"}, {"EMPTY", ""}}));
   EXPECT_EQ(spec["checkpointable"], true);
+  EXPECT_EQ(spec["cpu_milli"], 2500);
+  EXPECT_EQ(spec["memory_mib"], 1536);
   EXPECT_EQ(spec["command"], Json({"python3", "train.py", "--lr", "0.1"}));
   EXPECT_EQ(spec["workspace"], Json({{"digest", "sha256:abc"}, {"size_bytes", 161}}));
   EXPECT_EQ((*body)["metadata"]["name"], "train");
