@@ -57,6 +57,8 @@ struct ApiContext {
 
 // A request's body as a JSON object, or an error naming "body".
 Result<Json> parse_body(const net::Request& request);
+// parse_body for endpoints whose body is optional: an empty one is {}.
+Result<Json> parse_optional_body(const net::Request& request);
 
 class Api {
  public:

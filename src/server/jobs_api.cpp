@@ -136,6 +136,10 @@ Result<Json> parse_body(const net::Request& request) {
   return body;
 }
 
+Result<Json> parse_optional_body(const net::Request& request) {
+  return request.body.empty() ? Result<Json>(Json::object()) : parse_body(request);
+}
+
 net::Response Api::list_job_summaries(const Call& call, const std::string& project, const std::string& node) {
   const net::Request& req = call.request;
   for (const char* unsupported : {"watch", "limit", "continue"}) {

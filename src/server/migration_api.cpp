@@ -36,7 +36,7 @@ net::Response Api::request_checkpoint(const Call& call) {
   auto cached = job_to_act_on(call, "jobs.checkpoint_request", "checkpoint");
   if (!cached) return error_response(cached.error());
   // It takes no fields: a body, if any, is an empty object.
-  auto body = call.request.body.empty() ? Result<Json>(Json::object()) : parse_body(call.request);
+  auto body = parse_optional_body(call.request);
   if (!body) return error_response(body.error());
   JsonReader fields(*body, "");
   fields.only({});
@@ -68,7 +68,7 @@ net::Response Api::migrate_job(const Call& call) {
   if (!cached) return error_response(cached.error());
   const model::Job& seen = *cached->object;
   const std::string target = seen.spec.project + "/" + id;
-  auto body = call.request.body.empty() ? Result<Json>(Json::object()) : parse_body(call.request);
+  auto body = parse_optional_body(call.request);
   if (!body) return error_response(body.error());
   JsonReader r(*body, "");
   r.only({"to"});

@@ -26,7 +26,7 @@ net::Response Api::release_job(const Call& call) {
   if (!cached.object || !model::ran_latest_attempt_on(*cached.object, node)) {
     return error_response(Error::not_found("job", id, "no such job ran on node " + node));
   }
-  auto body = call.request.body.empty() ? Result<Json>(Json::object()) : parse_body(call.request);
+  auto body = parse_optional_body(call.request);
   if (!body) return error_response(body.error());
   JsonReader r(*body, "");
   r.only({"checkpoint", "message"});
