@@ -285,6 +285,9 @@ Status AgentImpl::open() {
   runtime_options.cuda_checkpoint = config_.cuda_checkpoint == "none"  ? ""
                                     : config_.cuda_checkpoint.empty() ? find_cuda_checkpoint()
                                                                       : config_.cuda_checkpoint;
+  // Simulated GPUs hold no device state, so CRIU alone can dump their jobs; unless told "none",
+  // which keeps such jobs on the application path (SIGUSR1), as on a real node without the tool.
+  runtime_options.simulated_gpus = !config_.simulate_gpus.empty() && config_.cuda_checkpoint != "none";
   auto runtime = Runtime::create(runtime_options);
   if (!runtime) return runtime.error();
   runtime_ = std::move(*runtime);

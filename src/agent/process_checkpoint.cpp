@@ -116,7 +116,7 @@ Result<JobHandle::Checkpoint> JobRunner::take_process_checkpoint(JobHandle::Afte
   }
   // The GPUs its CUDA processes were suspended from, for a restore onto others (cuda-checkpoint's device map).
   Json meta{{"job_dir", dir_.string()}, {"node", context_.node}, {"pause_ms", taken->pause.count()},
-            {"gpus", gpu_uuids(binding(), context_.gpus->gpus())}};
+            {"gpus", gpu_uuids(binding(), context_.gpus->gpus())}, {"cuda_processes", taken->cuda_processes}};
   // Where the library and the job's regions were: a restore maps them where this node keeps its own.
   if (vgpu_attached) meta["vgpu"] = {{"dir", context_.vgpu->dir().string()}, {"library", context_.vgpu->library().string()}};
   std::ofstream(process / kProcessMeta, std::ios::trunc) << meta.dump();
@@ -398,16 +398,17 @@ void JobRunner::migrate_out(OutputReader* reader, const model::Migration& move) 
 Result<fs::path> JobRunner::prepare_restore(const model::NodeBinding& binding,
                                             std::vector<std::pair<std::string, std::string>>* device_map) {
   const fs::path process = dir_ / "process";
-  if (!context_.runtime->capabilities().checkpoint) {
-    // The job's own saved files still help it resume: hand them back.
+  const RuntimeCapabilities& caps = context_.runtime->capabilities();
+  // Where its processes cannot be restored, the job's own saved files still help it resume.
+  auto cannot_restore = [&](const std::string& why) -> Error {
     std::error_code ec;
     if (fs::is_directory(process / "tree" / "checkpoint", ec)) {
       (void)safe_remove_tree((dir_ / "checkpoint").string());
       fs::rename(process / "tree" / "checkpoint", dir_ / "checkpoint", ec);
     }
-    return Error::failed_precondition("this node cannot restore processes: " +
-                                      context_.runtime->capabilities().checkpoint_reason);
-  }
+    return Error::failed_precondition(why);
+  };
+  if (!caps.checkpoint) return cannot_restore("this node cannot restore processes: " + caps.checkpoint_reason);
   std::ifstream in(process / kProcessMeta);
   Json meta = Json::parse(std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()), nullptr, false);
   if (!meta.is_object() || !meta.contains("job_dir") || !meta["job_dir"].is_string()) {
@@ -419,6 +420,17 @@ Result<fs::path> JobRunner::prepare_restore(const model::NodeBinding& binding,
     for (const auto& uuid : meta["gpus"]) {
       if (uuid.is_string()) dumped_gpus.push_back(uuid.get<std::string>());
     }
+  }
+  // Processes dumped with their GPU state suspended come back suspended, and only cuda-checkpoint
+  // resumes them: left so, each would block in its next CUDA call for good. A dump from before
+  // the count was kept, holding GPUs, may have some.
+  const Json& cuda = meta.contains("cuda_processes") ? meta["cuda_processes"] : Json();
+  const bool holds_cuda_state = cuda.is_number_integer() ? cuda.get<int64_t>() > 0 : !dumped_gpus.empty();
+  if (holds_cuda_state && !caps.cuda_state) {
+    return cannot_restore(
+        "its processes were dumped with their GPU state suspended, which only NVIDIA's cuda-checkpoint resumes, and "
+        "this node has none (" +
+        (caps.gpu_checkpoint_reason.empty() ? std::string("its GPUs are simulated") : caps.gpu_checkpoint_reason) + ")");
   }
   const std::vector<std::string> here = gpu_uuids(binding, context_.gpus->gpus());
   if (!dumped_gpus.empty() && dumped_gpus.size() != here.size()) {

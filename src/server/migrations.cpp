@@ -198,6 +198,13 @@ std::string migration_target_refusal(const model::Job& job, const model::Node& s
   if (holds_gpus && !node.gpu_checkpoint) {
     return "node " + name + " does not restore GPU state (its agent has no NVIDIA cuda-checkpoint)";
   }
+  // A job on simulated GPUs holds no device state and one on real GPUs does: neither resumes on the other.
+  if (holds_gpus && node.simulated != source.simulated) {
+    return fmt::format("node {}'s GPUs are {} and node {}'s are {}: a job holding GPUs moves only between real GPUs or "
+                       "between simulated ones",
+                       name, node.simulated ? "simulated" : "real", source.meta.name,
+                       source.simulated ? "simulated" : "real");
+  }
   if (auto gpus = migration_target_gpus(job, source, node, room); !gpus) return gpus.error().message;
   return "";
 }

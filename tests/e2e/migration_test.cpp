@@ -899,7 +899,8 @@ TEST_F(MigrationTest, AJobRunAsAnotherUserMigratesOnlyWhereCriuMayDumpIt) {
 }
 
 TEST_F(MigrationTest, AJobThatCannotMigrateIsRefusedWithTheReason) {
-  add_agent("node-a", "h100");
+  // "none": its GPU jobs save their own state (SIGUSR1), as on a real node without cuda-checkpoint.
+  add_agent("node-a", "h100", {"--cuda-checkpoint", "none"});
   Json body = job_body("default", "h100-25", {"sleep", "30"});
   body["spec"]["checkpointable"] = true;
   body["spec"]["memory_mib"] = 64;
@@ -1138,6 +1139,48 @@ TEST_F(GpuMigrationTest, AJobHoldingMoreThanItsQuotaOnAGpuShortOfMemoryMovesLive
   EXPECT_EQ(placed_on(other), "node-a");
   cancel_and_wait(id);
   cancel_and_wait(other);
+}
+
+// Simulated GPUs (cnlab dev) have no driver behind them: no process holds device state there, so
+// without any cuda-checkpoint CRIU alone checkpoints and moves a job holding them.
+TEST_F(GpuMigrationTest, AJobOnSimulatedGpusIsCheckpointedAndMovedByCriuAloneWithoutCudaCheckpoint) {
+  add_agent("node-a", "h100x2", {"--cuda-checkpoint", "/nonexistent/cuda-checkpoint"});
+  Json body = job_body("default", "h100-25", {"python3", "-u", "-c", kCounter, "0"});
+  body["spec"]["memory_mib"] = 256;
+  body["spec"]["checkpointable"] = true;
+  std::string id = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
+  ASSERT_TRUE(eventually([&] { return last_tick(id) >= 5; }, 20s)) << agents_[0]->log();
+  EXPECT_THAT(agents_[0]->log(), HasSubstr("jobs holding simulated GPUs are dumped by CRIU alone"));
+  auto [code, said] = cnlab("checkpoint " + id);
+  EXPECT_EQ(code, 0) << said;
+  EXPECT_EQ(get_job(*admin_, id)["status"]["checkpoint"].value("kind", ""), "process") << said;
+  add_agent("node-b", "h100x2", {"--cuda-checkpoint", "/nonexistent/cuda-checkpoint"});
+  migrate_to_node_b_unbroken(id);
+  if (HasFatalFailure()) return;
+  EXPECT_THAT(gpu_uuid(id), ::testing::StartsWith("GPU-node-b-"));
+  cancel_and_wait(id);
+}
+
+// A dump holding GPU state (suspended by cuda-checkpoint on node-a) and a node without the tool to
+// resume it: restored as it was, the job's next CUDA call would block for good. Node-b, whose GPUs
+// are simulated and which has no cuda-checkpoint, refuses the restore and starts the job again.
+TEST_F(GpuMigrationTest, ADumpHoldingGpuStateIsNotRestoredWhereNothingCanResumeIt) {
+  add_gpu_agent("node-a");
+  std::string id = submit_cuda_counter();
+  ASSERT_TRUE(eventually([&] { return last_tick(id) >= 5; }, 20s)) << agents_[0]->log();
+  auto [code, said] = cnlab("checkpoint " + id);
+  ASSERT_EQ(code, 0) << said;
+  agents_[0]->stop(SIGKILL);
+  kill_job_processes(id);
+  const size_t at_death = ticks(texts(logs(id))).size();
+  add_agent("node-b", "h100x2", {"--cuda-checkpoint", "/nonexistent/cuda-checkpoint"});
+  ASSERT_TRUE(eventually([&] { return placed_on(id) == "node-b" && ticks(texts(logs(id))).size() >= at_death + 5; }, 30s))
+      << events(id) << agents_[1]->log();
+  const auto all = ticks(texts(logs(id)));
+  EXPECT_EQ(all[at_death].n, 0) << "started again from the beginning";
+  EXPECT_THAT(events(id), HasSubstr("its processes not restored (its processes were dumped with their GPU state "
+                                    "suspended, which only NVIDIA's cuda-checkpoint resumes, and this node has none"));
+  cancel_and_wait(id);
 }
 
 TEST_F(GpuMigrationTest, AJobThatDoesNotHandleTheCheckpointSignalIsNotSentItAndRunsOn) {

@@ -112,6 +112,17 @@ TEST_F(MigrateApiTest, AJobHoldingGpusMovesOnlyOntoANodeThatRestoresGpuStateAndI
   Json plain = migrate(id, 422, {{"to", "plain"}});
   EXPECT_THAT(plain.dump(), HasSubstr("node plain does not restore GPU state")) << plain.dump();
   EXPECT_THAT(migrate(id, 422).dump(), HasSubstr("nowhere to migrate it"));
+  // The job's GPUs are simulated (these tests' nodes): it holds no device state that a real GPU
+  // could resume, and a real GPU's job would hold state no simulated one can.
+  Json real = node_object("real", "h100", 2, 64000, 512 * 1024, "127.0.0.1:7443");
+  real["status"]["gpu_checkpoint"] = true;
+  real["status"]["simulated"] = false;
+  for (auto& gpu : real["status"]["gpus"]) gpu["simulated"] = false;
+  register_node("real", "h100", 2, real);
+  Json mixed = migrate(id, 422, {{"to", "real"}});
+  EXPECT_THAT(mixed.dump(), HasSubstr("node real's GPUs are real and node gpu-1's are simulated")) << mixed.dump();
+  EXPECT_THAT(migrate(id, 422).dump(), HasSubstr("nowhere to migrate it"));
+  call(*admin_, "POST", "/v1/nodes/real/cordon", 200);  // its GPUs stay out of what follows
 
   gpu_peer("gpu-2", 2);
   Json moving = migrate(id, 202);

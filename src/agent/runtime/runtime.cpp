@@ -692,16 +692,17 @@ std::vector<pid_t> cuda_candidates(const JobRecord& record) {
   return pids;
 }
 
-// Before a dump: the job's CUDA processes' GPU state into their host memory (none without the tool).
-Status suspend_cuda(const JobRecord& record) {
-  if (record.cuda_tool.empty()) return {};
+// Before a dump: the job's CUDA processes' GPU state into their host memory (none without the
+// tool); how many processes were suspended.
+Result<int> suspend_cuda(const JobRecord& record) {
+  if (record.cuda_tool.empty()) return 0;
   auto suspended = cuda::suspend(record.cuda_tool, cuda_candidates(record), record.checkpoint_timeout);
   if (!suspended) {
     return Error::of(ErrorCode::kFailedPrecondition, "job", record.job_id,
                      "its GPU state could not be suspended for the dump: " + suspended.error().message);
   }
   if (*suspended > 0) spdlog::info("job CUDA state suspended job=\"{}\" processes={}", record.job_id, *suspended);
-  return {};
+  return *suspended;
 }
 
 // After a dump that leaves the job running, a thaw or a restore: back onto the GPUs.
@@ -778,7 +779,8 @@ Result<JobHandle::Checkpoint> JobHandle::checkpoint(const fs::path& images, Afte
                             : after == AfterDump::kLeaveStopped ? criu::Leave::kStopped
                                                                 : criu::Leave::kNothing;
   const auto started = std::chrono::steady_clock::now();  // GPU state suspended counts in the pause
-  if (auto suspended = suspend_cuda(record); !suspended) return suspended.error();
+  auto suspended = suspend_cuda(record);
+  if (!suspended) return suspended.error();
   auto ran = criu::run(criu::dump_args(record.criu, record.job_pid, images, log, leave, *external),
                        record.checkpoint_timeout);
   // The job runs on after a failed dump (CRIU lets go of it) and after kLeaveRunning.
@@ -798,6 +800,7 @@ Result<JobHandle::Checkpoint> JobHandle::checkpoint(const fs::path& images, Afte
   Checkpoint taken;
   taken.pause = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - started);
   taken.bytes = images_bytes(images);
+  taken.cuda_processes = *suspended;
   spdlog::info("job checkpointed job=\"{}\" images=\"{}\" bytes={} pause_ms={} after={}", record.job_id,
                images.string(), taken.bytes, taken.pause.count(), static_cast<int>(after));
   return taken;
@@ -810,7 +813,8 @@ Result<std::unique_ptr<JobHandle::LazyDump>> JobHandle::checkpoint_lazy(const fs
   if (!external) return external.error();
   const fs::path log = images / "dump.log";
   const auto started = std::chrono::steady_clock::now();
-  if (auto suspended = suspend_cuda(record); !suspended) return suspended.error();
+  auto suspended = suspend_cuda(record);
+  if (!suspended) return suspended.error();
   int ready[2];
   if (::pipe2(ready, O_CLOEXEC) != 0) {
     (void)resume_cuda(record, {});
@@ -834,6 +838,7 @@ Result<std::unique_ptr<JobHandle::LazyDump>> JobHandle::checkpoint_lazy(const fs
   ::close(ready[0]);
   Checkpoint taken;
   taken.pause = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - started);
+  taken.cuda_processes = *suspended;
   if (!is_ready) {
     ::kill(*pid, SIGKILL);  // CRIU lets go of the tasks it held: they run on
     ::waitpid(*pid, nullptr, 0);
@@ -1120,7 +1125,15 @@ Result<std::unique_ptr<Runtime>> Runtime::create(RuntimeOptions options) {
   } else if (auto usable = cuda::usable(options.cuda_checkpoint, std::chrono::seconds(10)); !usable) {
     caps.gpu_checkpoint_reason = usable.error().message;
   } else {
+    caps.gpu_checkpoint = caps.cuda_state = true;
+  }
+  if (caps.checkpoint && !caps.gpu_checkpoint && options.simulated_gpus) {
+    spdlog::info("runtime: jobs holding simulated GPUs are dumped by CRIU alone: no process holds device state "
+                 "on them (no cuda-checkpoint: {})",
+                 caps.gpu_checkpoint_reason);
     caps.gpu_checkpoint = true;
+    caps.gpu_checkpoint_reason.clear();
+    options.cuda_checkpoint.clear();
   }
 
   if (caps.cgroups == CgroupVersion::kNone) {
@@ -1392,7 +1405,7 @@ Result<JobHandle> Runtime::start(const ProcessSpec& spec) {
   record->namespaces = launch.namespaces;
   record->shim_pid = shim;
   if (impl_->capabilities.checkpoint) record->criu = impl_->options.criu;
-  if (impl_->capabilities.gpu_checkpoint) record->cuda_tool = impl_->options.cuda_checkpoint;
+  if (impl_->capabilities.cuda_state) record->cuda_tool = impl_->options.cuda_checkpoint;
   record->checkpoint_timeout = impl_->options.checkpoint_timeout;
   if (auto stat = jobfiles::read_proc_stat(shim)) record->shim_start_time = stat->start_time;
   if (auto state_text = jobfiles::read_trusted(dir / jobfiles::kState)) {
@@ -1450,7 +1463,7 @@ Result<JobHandle> Runtime::adopt(const fs::path& job_dir) {
   record->cgroup = launch->cgroup;
   record->namespaces = launch->namespaces;
   if (impl_->capabilities.checkpoint) record->criu = impl_->options.criu;
-  if (impl_->capabilities.gpu_checkpoint) record->cuda_tool = impl_->options.cuda_checkpoint;
+  if (impl_->capabilities.cuda_state) record->cuda_tool = impl_->options.cuda_checkpoint;
   record->checkpoint_timeout = impl_->options.checkpoint_timeout;
   auto state_text = jobfiles::read_trusted(dir / jobfiles::kState);
   if (state_text) {

@@ -162,6 +162,10 @@ struct RuntimeCapabilities {
   // back onto a GPU after a restore or a thaw. Without it a job holding GPUs is not dumped.
   bool gpu_checkpoint = false;
   std::string gpu_checkpoint_reason;  // why not; empty when GPU state is checkpointed
+  // Whether that goes through cuda-checkpoint. With gpu_checkpoint and not this, the GPUs are
+  // simulated (RuntimeOptions::simulated_gpus): dumps hold no device state, and a dump that does
+  // (cuda_processes) cannot be resumed here.
+  bool cuda_state = false;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -235,6 +239,7 @@ class JobHandle {
   struct Checkpoint {
     std::chrono::milliseconds pause{0};
     uint64_t bytes = 0;  // the images' size
+    int cuda_processes = 0;  // processes whose GPU state cuda-checkpoint suspended into the images
   };
   Result<Checkpoint> checkpoint(const std::filesystem::path& images, AfterDump after) const;
 
@@ -328,6 +333,9 @@ struct RuntimeOptions {
   // NVIDIA's cuda-checkpoint (absolute; cuda::find_tool finds it); empty: none, and jobs holding
   // GPUs get no transparent checkpoints. capabilities().gpu_checkpoint says whether it is used.
   std::string cuda_checkpoint;
+  // The node's GPUs are simulated (no driver behind them): no process can hold device state on
+  // them, so where no cuda-checkpoint is usable CRIU alone checkpoints a job holding them.
+  bool simulated_gpus = false;
 };
 
 // Where this machine's cuda-checkpoint is (/usr/local/bin, /usr/bin, ...); empty when none is.

@@ -638,6 +638,7 @@ TEST_F(GpuCheckpointTest, ACudaProcessIsSuspendedForItsDumpAndResumedOntoTheGpus
   const Tick last = ticks(before).back();
   // Suspended before CRIU dumped it (what the dump carries says so), and only the CUDA process.
   EXPECT_THAT(cuda_actions("node-a"), ElementsAre(pid + " lock", pid + " checkpoint"));
+  EXPECT_EQ(taken->cuda_processes, 1) << "the dump says it holds one process's GPU state";
   EXPECT_EQ(read_text(dir_.path() / "node-a" / "job" / "work" / (".fake-cuda-state." + pid)), "checkpointed");
 
   ASSERT_TRUE(copy_to_node_b(images));
@@ -752,6 +753,36 @@ TEST(GpuCheckpointCapability, ANodeWithoutCudaCheckpointSaysWhy) {
   ASSERT_TRUE(runtime) << runtime.error().to_string();
   EXPECT_FALSE((*runtime)->capabilities().gpu_checkpoint);
   EXPECT_THAT((*runtime)->capabilities().gpu_checkpoint_reason, HasSubstr("cannot load libcuda.so.1"));
+}
+
+// Simulated GPUs (cnlab dev, a laptop) have no driver behind them, so no process holds device
+// state there: without a usable cuda-checkpoint, CRIU alone dumps the jobs holding them.
+TEST(GpuCheckpointCapability, SimulatedGpusAreDumpedByCriuAloneUnlessAToolCarriesTheirState) {
+  RuntimeOptions options = test_options();
+  options.simulated_gpus = true;
+  options.use_namespaces = false;
+  auto runtime = Runtime::create(options);
+  ASSERT_TRUE(runtime) << runtime.error().to_string();
+  EXPECT_FALSE((*runtime)->capabilities().gpu_checkpoint) << "no CRIU dumps at all without namespaces";
+  if (::geteuid() != 0 || find_criu().empty()) GTEST_SKIP() << "the rest needs root and a working CRIU";
+  options.use_namespaces = true;
+  options.criu = find_criu();
+  options.cuda_checkpoint = "/nonexistent/cuda-checkpoint";
+  runtime = Runtime::create(options);
+  ASSERT_TRUE(runtime) << runtime.error().to_string();
+  EXPECT_TRUE((*runtime)->capabilities().gpu_checkpoint);
+  EXPECT_FALSE((*runtime)->capabilities().cuda_state);
+  EXPECT_EQ((*runtime)->capabilities().gpu_checkpoint_reason, "");
+  options.simulated_gpus = false;  // the same node with real GPUs: their state would be lost
+  runtime = Runtime::create(options);
+  ASSERT_TRUE(runtime) << runtime.error().to_string();
+  EXPECT_FALSE((*runtime)->capabilities().gpu_checkpoint);
+  options.simulated_gpus = true;  // a usable tool is used, simulated or not (tests' doubles)
+  options.cuda_checkpoint = CNLAB_FAKE_CUDA_CHECKPOINT;
+  runtime = Runtime::create(options);
+  ASSERT_TRUE(runtime) << runtime.error().to_string();
+  EXPECT_TRUE((*runtime)->capabilities().gpu_checkpoint);
+  EXPECT_TRUE((*runtime)->capabilities().cuda_state);
 }
 
 TEST(CheckpointCapability, WithoutNamespacesThereAreNoTransparentCheckpoints) {
