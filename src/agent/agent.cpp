@@ -125,7 +125,7 @@ class AgentImpl final : public Agent {
       runners.swap(runners_);
     }
     if (stop_jobs) {
-      for (auto& [id, runner] : runners) runner->request_stop(JobRunner::StopReason::kCancelled);
+      for (auto& [id, runner] : runners) runner->request_stop(JobRunner::StopReason::kShutdown);
       auto deadline = std::chrono::steady_clock::now() + config_.stop_grace + 10s;
       for (auto& [id, runner] : runners) {
         while (!runner->finished() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(20ms);

@@ -35,6 +35,16 @@ constexpr size_t kMaxLinesPerPost = 5000;
 constexpr size_t kMaxBytesPerPost = 512 << 10;  // well under the server's 1 MiB JSON body limit
 constexpr size_t kMaxMessageBytes = 1000;
 
+const char* stop_reason_name(JobRunner::StopReason reason) {
+  switch (reason) {
+    case JobRunner::StopReason::kNone: return "none";
+    case JobRunner::StopReason::kCancelled: return "cancelled";
+    case JobRunner::StopReason::kShutdown: return "shutdown";
+    case JobRunner::StopReason::kGone: return "gone";
+  }
+  return "?";
+}
+
 std::string now_text() {
   return format_rfc3339(std::chrono::time_point_cast<std::chrono::seconds>(std::chrono::system_clock::now()));
 }
@@ -245,7 +255,7 @@ bool JobRunner::leaving() const {
 
 bool JobRunner::cancelling() const {
   std::lock_guard lock(mutex_);
-  return stop_reason_ == StopReason::kCancelled;
+  return stop_reason_ == StopReason::kCancelled || stop_reason_ == StopReason::kShutdown;
 }
 
 bool JobRunner::checkpointable() const {
@@ -588,7 +598,7 @@ void JobRunner::supervise() {
       // never run again.
       const bool at_once = migrated_away_ || frozen_at_adopt_ || stale;
       spdlog::info("job stopping job=\"{}\" reason={} checkpoint={} transparent={} at_once={}", job_id_,
-                   reason == StopReason::kCancelled ? "cancelled" : "gone", checkpoint, checkpoint && refusal.empty(),
+                   stop_reason_name(reason), checkpoint, checkpoint && refusal.empty(),
                    at_once);
       stopper_ = std::thread([this, handle = *handle_, grace = at_once ? std::chrono::milliseconds(0) : context_.stop_grace,
                               checkpoint, transparent = refusal.empty(), checkpoint_grace = context_.checkpoint_grace] {
@@ -965,7 +975,7 @@ void JobRunner::finish(const JobStatus& status) {
   }
   spdlog::info("job ended job=\"{}\" state={} exit_code={} signal={} oom_killed={} stop={}", job_id_,
                to_string(status.state), status.exit_code.value_or(-1), status.signal.value_or(0), status.oom_killed,
-               reason == StopReason::kNone ? "none" : reason == StopReason::kCancelled ? "cancelled" : "gone");
+               stop_reason_name(reason));
   if (reason != StopReason::kGone) {
     upload_artifacts();
     std::string phase = "Failed", message;
@@ -979,9 +989,10 @@ void JobRunner::finish(const JobStatus& status) {
     } else if (status.exit_code) {
       message = last_stderr_.empty() ? fmt::format("exit code {}", *status.exit_code) : last_stderr_;
     } else if (status.signal) {
-      const bool stopped = status.stopped || reason == StopReason::kCancelled;
+      const bool stopped = status.stopped || reason == StopReason::kCancelled || reason == StopReason::kShutdown;
       message = stopped ? fmt::format("stopped (signal {})", *status.signal)
                         : fmt::format("killed by signal {}", *status.signal);
+      if (reason == StopReason::kShutdown) message += ": the agent of " + context_.node + " stopped it as it stopped itself";
       if (std::string lost = stopped ? "" : pages_not_pulled(); !lost.empty()) {
         // Its memory was lost with the source, not by the job's fault: it goes back to the queue
         // and resumes from its latest stored checkpoint, as from a lost node.

@@ -112,6 +112,7 @@ class JobRunner {
   enum class StopReason {
     kNone,
     kCancelled,  // the user cancelled: stop it and report how it ended (the server says Cancelled)
+    kShutdown,   // the agent stops its jobs as it stops (cnlab dev, --stop-jobs-on-exit): stop and report
     kGone,       // taken off this node (pre-empted, requeued) or ended elsewhere: stop, report nothing
   };
 
