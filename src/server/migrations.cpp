@@ -181,6 +181,19 @@ Result<TargetGpus> migration_target_gpus(const model::Job& job, const model::Nod
   return out;
 }
 
+std::string gpu_state_target_refusal(const model::Node* source, const model::Node& target) {
+  const std::string& name = target.meta.name;
+  if (!target.gpu_checkpoint) return "node " + name + " does not restore GPU state (its agent has no NVIDIA cuda-checkpoint)";
+  // A job on simulated GPUs holds no device state and one on real GPUs does: neither resumes on the other.
+  if (source && target.simulated != source->simulated) {
+    return fmt::format("node {}'s GPUs are {} and node {}'s are {}: a job holding GPUs moves only between real GPUs or "
+                       "between simulated ones",
+                       name, target.simulated ? "simulated" : "real", source->meta.name,
+                       source->simulated ? "simulated" : "real");
+  }
+  return "";
+}
+
 std::string migration_target_refusal(const model::Job& job, const model::Node& source, const model::Node& node,
                                      const NodeRoom& room) {
   const std::string& name = node.meta.name;
@@ -195,16 +208,7 @@ std::string migration_target_refusal(const model::Job& job, const model::Node& s
                        job.spec.cpu_milli, job.spec.memory_mib);
   }
   const bool holds_gpus = job.status.placement.size() == 1 && !job.status.placement.front().gpus.empty();
-  if (holds_gpus && !node.gpu_checkpoint) {
-    return "node " + name + " does not restore GPU state (its agent has no NVIDIA cuda-checkpoint)";
-  }
-  // A job on simulated GPUs holds no device state and one on real GPUs does: neither resumes on the other.
-  if (holds_gpus && node.simulated != source.simulated) {
-    return fmt::format("node {}'s GPUs are {} and node {}'s are {}: a job holding GPUs moves only between real GPUs or "
-                       "between simulated ones",
-                       name, node.simulated ? "simulated" : "real", source.meta.name,
-                       source.simulated ? "simulated" : "real");
-  }
+  if (std::string why = holds_gpus ? gpu_state_target_refusal(&source, node) : ""; !why.empty()) return why;
   if (auto gpus = migration_target_gpus(job, source, node, room); !gpus) return gpus.error().message;
   return "";
 }

@@ -33,6 +33,10 @@ void roll_back_migration(model::Job& job, Time now, const std::string& why);
 // Why `job` cannot migrate now from `source` (its node; null when unknown), or "" when it can. A job
 // holding GPUs moves only off a node whose agent checkpoints GPU state.
 std::string migration_refusal(const model::Job& job, const model::Node* source);
+// Why a job holding GPUs on `source` (null when unknown) cannot be restored on `target` with their
+// state (the target's agent restores no GPU state, or one side's GPUs are simulated and the other's
+// real), or "".
+std::string gpu_state_target_refusal(const model::Node* source, const model::Node& target);
 
 // Host CPU and memory each node has free, as the scheduler counts them: its capacity less what the
 // jobs bound to it (Scheduled or Running) ask for and what the migrations heading there will; and

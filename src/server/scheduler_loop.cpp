@@ -257,9 +257,7 @@ size_t SchedulerLoop::commit(const sched::CycleResult& result) {
     if (target.peer_address.empty()) {
       return "node " + target.meta.name + " takes no migrations (its agent reported no peer endpoint)";
     }
-    if (!m.to.front().gpus.empty() && !target.gpu_checkpoint) {
-      return "node " + target.meta.name + " does not restore GPU state";
-    }
+    if (!m.to.front().gpus.empty()) return gpu_state_target_refusal(source, target);
     return "";
   };
   for (const auto& m : result.migrations) {

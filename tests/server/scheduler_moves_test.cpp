@@ -23,14 +23,18 @@ class SchedulerMovesTest : public ClusterTest {
   }
 
   // Registers a node of `gpus` H100s, 4 cores and 16 GiB, whose agent takes migrating jobs unless
-  // `takes_migrations` is false, and checkpoints GPU state when `gpu_checkpoint`; returns a client
-  // with its credential.
+  // `takes_migrations` is false, and checkpoints GPU state when `gpu_checkpoint`; its GPUs are
+  // simulated unless `real`. Returns a client with its credential.
   std::unique_ptr<net::Client> add_node(const std::string& name, int gpus, bool takes_migrations = true,
-                                        bool gpu_checkpoint = false) {
+                                        bool gpu_checkpoint = false, bool real = false) {
     Json join = call(*admin_, "POST", "/v1/join-tokens", 201, {{"ttl", "1h"}});
     auto anonymous = server_->client("");
     Json node = node_object(name, "h100", gpus, 4000, 16 * 1024, takes_migrations ? "127.0.0.1:7443" : "");
     if (gpu_checkpoint) node["status"]["gpu_checkpoint"] = true;
+    if (real) {
+      node["status"]["simulated"] = false;
+      for (auto& gpu : node["status"]["gpus"]) gpu["simulated"] = false;
+    }
     Json registered = call(*anonymous, "POST", "/v1/nodes", 201, {{"join_token", join["token"]}, {"node", node}});
     return server_->client(registered["token"]);
   }
@@ -122,6 +126,23 @@ TEST_F(SchedulerMovesTest, AMoveTheNodesCannotCarryOutIsNotAskedForAndTheWaiting
     return server_log().find("scheduler move not carried out") != std::string::npos;
   })) << server_log();
   EXPECT_THAT(server_log(), HasSubstr("for=\"" + waiting + "\""));
+  EXPECT_EQ(get_job(*admin_, waiting)["status"]["phase"], "Pending");
+  EXPECT_FALSE(get_job(*admin_, first)["status"].contains("migration"));
+  EXPECT_FALSE(get_job(*admin_, second)["status"].contains("migration"));
+}
+
+TEST_F(SchedulerMovesTest, AJobHoldingGpusIsNotMovedBetweenSimulatedAndRealGpus) {
+  // Both agents checkpoint GPU state, but a simulated GPU's job holds none a real GPU could
+  // resume, and a real GPU's holds state a simulated one cannot.
+  restart_with_policy(R"({"max_migrations_per_cycle": 4, "migrate_gpu_jobs": true})");
+  agents_["n1"] = add_node("n1", 2, true, /*gpu_checkpoint=*/true);
+  agents_["n2"] = add_node("n2", 2, true, /*gpu_checkpoint=*/true, /*real=*/true);
+  auto [first, second] = one_job_per_node("h100x1", 1000);
+  std::string waiting = call(*admin_, "POST", "/v1/jobs", 201, job_body("default", "h100x2"))["metadata"]["name"];
+  ASSERT_TRUE(eventually([&] {
+    return server_log().find("scheduler move not carried out") != std::string::npos;
+  })) << server_log();
+  EXPECT_THAT(server_log(), HasSubstr("a job holding GPUs moves only between real GPUs or between simulated ones"));
   EXPECT_EQ(get_job(*admin_, waiting)["status"]["phase"], "Pending");
   EXPECT_FALSE(get_job(*admin_, first)["status"].contains("migration"));
   EXPECT_FALSE(get_job(*admin_, second)["status"].contains("migration"));
