@@ -20,6 +20,27 @@ namespace {
 
 Time system_now() { return std::chrono::time_point_cast<Duration>(std::chrono::system_clock::now()); }
 
+// The --checkpoint-dir given: absolute, a directory (made 0700 when missing), one the server can
+// write its uploads into.
+Result<std::string> open_checkpoint_dir(const std::string& given) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path dir = fs::absolute(given, ec).lexically_normal();
+  if (ec) return Error::invalid_argument("--checkpoint-dir", given, "cannot resolve: " + ec.message());
+  if (!fs::exists(dir, ec)) {
+    fs::create_directories(dir, ec);
+    if (ec) return Error::invalid_argument("--checkpoint-dir", given, "cannot create: " + ec.message());
+    fs::permissions(dir, fs::perms::owner_all, ec);
+  }
+  if (!fs::is_directory(dir, ec)) return Error::invalid_argument("--checkpoint-dir", given, "not a directory");
+  std::string root = dir.string();
+  if (root.size() > 1 && root.back() == '/') root.pop_back();
+  if (auto incoming = blob_incoming_dir(root); !incoming) {
+    return Error::invalid_argument("--checkpoint-dir", given, "cannot write there: " + incoming.error().message);
+  }
+  return root;
+}
+
 class ControlPlaneImpl final : public ControlPlane {
  public:
   explicit ControlPlaneImpl(const ServerConfig& config) : config_(config) {}
@@ -32,6 +53,12 @@ class ControlPlaneImpl final : public ControlPlane {
       return Error::invalid_argument("--data-dir", config_.data_dir,
                                      "not an initialised data directory (run `cnlab server init --data-dir DIR`): " +
                                          secret.error().to_string());
+    }
+    if (!config_.checkpoint_dir.empty()) {
+      auto checkpoints = open_checkpoint_dir(config_.checkpoint_dir);
+      if (!checkpoints) return checkpoints.error();
+      dir_.checkpoint_root = *checkpoints;
+      spdlog::info("checkpoint archives kept in dir=\"{}\"", dir_.checkpoint_root);
     }
     signing_.hs256_secret = *secret;
     signing_.audience = config_.audience;
@@ -203,7 +230,7 @@ Result<std::unique_ptr<ControlPlane>> ControlPlane::start(const ServerConfig& co
 
 Status init_data_dir(const InitOptions& options) {
   namespace fs = std::filesystem;
-  DataDir dir{options.data_dir};
+  DataDir dir{options.data_dir, ""};
   std::error_code ec;
   if (fs::exists(dir.signing_key(), ec)) {
     return Error::of(ErrorCode::kAlreadyExists, "--data-dir", options.data_dir,

@@ -9,6 +9,9 @@ namespace cnlab::server {
 
 struct DataDir {
   std::string root;
+  // Where checkpoint archives go when not under `root` (the server's --checkpoint-dir): a larger
+  // volume, or one every node's storage team backs up. Empty: <root>/checkpoints.
+  std::string checkpoint_root;
 
   std::string ca_cert() const { return root + "/ca.pem"; }
   std::string ca_key() const { return root + "/ca.key"; }
@@ -20,7 +23,7 @@ struct DataDir {
   std::string logs() const { return root + "/logs"; }
   std::string artifacts() const { return root + "/artifacts"; }
   std::string workspaces() const { return root + "/workspaces"; }
-  std::string checkpoints() const { return root + "/checkpoints"; }
+  std::string checkpoints() const { return checkpoint_root.empty() ? root + "/checkpoints" : checkpoint_root; }
 };
 
 // Reads a whole file; errors name the path.

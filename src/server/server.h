@@ -16,6 +16,9 @@ namespace cnlab::server {
 
 struct ServerConfig {
   std::string data_dir;
+  // Where checkpoint archives are kept (--checkpoint-dir); empty: <data_dir>/checkpoints. Created
+  // (0700) when missing; every node reaches them through the server either way.
+  std::string checkpoint_dir;
   std::string listen = "127.0.0.1:8443";
   bool plain_http = false;  // only on a loopback address
   // A node whose agent is silent this long is NotReady; this much longer, Lost (its jobs requeued).

@@ -83,6 +83,9 @@ void add_server_commands(CLI::App& app) {
   server->add_option("--scheduler-config", *scheduler_config,
                      "JSON file of scheduler policy settings (tiers, fair share, backfill, migration for room...; "
                      "see docs/scheduler.md); absent settings keep their defaults");
+  server->add_option("--checkpoint-dir", config->checkpoint_dir,
+                     "Where checkpoint archives are kept (default DATA_DIR/checkpoints): a larger volume, for "
+                     "instance; created (mode 0700) when missing");
   server->add_option("--max-checkpoint-bytes", config->max_checkpoint_bytes,
                      "The largest checkpoint archive an agent may upload for a job")
       ->capture_default_str();

@@ -203,6 +203,47 @@ TEST_F(CheckpointLimitsTest, ACheckpointOverTheLimitGets413WithTheLimit) {
   EXPECT_TRUE(spool_is_empty());
 }
 
+// --checkpoint-dir: the archives on a volume of their own, outside the data directory.
+class CheckpointDirTest : public CheckpointsTest {
+ protected:
+  void SetUp() override { start_server({"--checkpoint-dir", volume()}); }
+  std::string volume() const { return volume_.path() + "/big/checkpoints"; }
+  TempDir volume_;
+};
+
+TEST_F(CheckpointDirTest, ArchivesAreKeptInTheDirectoryGivenAndComeBackFromIt) {
+  start_job();
+  const std::string saved = bytes_of(3 << 20, 7);  // past a JSON body: spooled to disk as it arrives
+  auto stored = put(*agent_, saved);
+  ASSERT_EQ(stored.status, 201) << stored.body;
+  EXPECT_TRUE(fs::exists(volume() + "/" + auth::sha256_hex(saved)));
+  EXPECT_FALSE(fs::exists(archive_path(saved))) << "not in the data directory";
+  EXPECT_EQ(fs::status(volume()).permissions() & fs::perms::all, fs::perms::owner_all) << "made 0700";
+  std::error_code ec;
+  EXPECT_TRUE(fs::is_empty(volume() + "/.incoming", ec)) << "its upload spool is there too, and empty";
+  auto fetched = get(*agent_);
+  ASSERT_EQ(fetched.status, 200) << fetched.body;
+  EXPECT_TRUE(fetched.body == saved);
+  // A second one drops nothing yet; the job's status names both, and both files are there.
+  const std::string again = bytes_of(1000, 9);
+  ASSERT_EQ(put(*agent_, again).status, 201);
+  EXPECT_TRUE(fs::exists(volume() + "/" + auth::sha256_hex(again)));
+  EXPECT_EQ(get(*admin_).body, again);
+}
+
+TEST_F(CheckpointDirTest, ADirectoryTheServerCannotUseIsRefusedNamingTheFlag) {
+  server_->stop(SIGTERM);
+  const std::string file = volume_.path() + "/a-file";
+  std::ofstream(file) << "x";
+  for (const std::string& bad : {file, file + "/below"}) {
+    auto [status, out] = run_cnlab({"server", "--data-dir", server_->data_dir(), "--listen", "127.0.0.1:0",
+                                    "--checkpoint-dir", bad});
+    EXPECT_EQ(status, 2) << out;
+    EXPECT_THAT(out, HasSubstr("--checkpoint-dir")) << out;
+    EXPECT_THAT(out, HasSubstr(bad)) << out;
+  }
+}
+
 class LargeCheckpointsTest : public CheckpointsTest {
  protected:
   // Workspaces and artifacts are held to 64 KiB here; checkpoints keep their own limit.
