@@ -10,7 +10,7 @@ namespace cnlab::server {
 struct DataDir {
   std::string root;
   // Where checkpoint archives go when not under `root` (the server's --checkpoint-dir): a larger
-  // volume, or one every node's storage team backs up. Empty: <root>/checkpoints.
+  // volume, for instance. Empty: <root>/checkpoints.
   std::string checkpoint_root;
 
   std::string ca_cert() const { return root + "/ca.pem"; }
