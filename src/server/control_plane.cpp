@@ -42,6 +42,28 @@ Result<std::string> open_checkpoint_dir(const std::string& given) {
 }
 
 class ControlPlaneImpl final : public ControlPlane {
+ private:
+  // Checkpoint archives that jobs still to run name and the checkpoint directory lacks
+  // (--checkpoint-dir changed without moving them, a disk replaced): said once, at start, since
+  // those jobs would start again from the beginning.
+  void warn_of_missing_checkpoints() const {
+    size_t named = 0;
+    std::vector<std::string> missing;
+    cache_->read([&](const ObjectCache& c) {
+      c.jobs.for_each([&](const std::string& name, const model::Job& job, int64_t) {
+        if (model::is_terminal(job.status.phase) || !job.status.checkpoint) return;
+        ++named;
+        if (!blob_file(dir_.checkpoints(), model::workspace_name(job.status.checkpoint->digest))) missing.push_back(name);
+      });
+      return 0;
+    });
+    if (missing.empty()) return;
+    spdlog::warn("checkpoint archives missing count={} of={} dir=\"{}\" jobs=\"{}{}\"; those jobs start again without "
+                 "them (if --checkpoint-dir changed, move the archives there)",
+                 missing.size(), named, dir_.checkpoints(), fmt::join(missing.begin(), missing.begin() + std::min<size_t>(missing.size(), 5), ","),
+                 missing.size() > 5 ? ",..." : "");
+  }
+
  public:
   explicit ControlPlaneImpl(const ServerConfig& config) : config_(config) {}
   ~ControlPlaneImpl() override { stop(); }
@@ -81,6 +103,7 @@ class ControlPlaneImpl final : public ControlPlane {
     });
     loop_->attach();
     if (auto started = cache_->start(); !started) return started;
+    warn_of_missing_checkpoints();
     lifecycle_ = std::make_unique<NodeLifecycle>(*store_, *cache_, config_, system_now, [this] { loop_->wake(); });
     idle_reclaim_ = std::make_unique<IdleReclaim>(*store_, *cache_, config_.idle_reclaim_after, system_now);
     migrations_ = std::make_unique<MigrationWatch>(*store_, *cache_, config_.migration_timeout, config_.checkpoint_every,

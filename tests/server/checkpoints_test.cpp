@@ -10,6 +10,7 @@ namespace cnlab::server::test_support {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 namespace fs = std::filesystem;
 
 std::string bytes_of(size_t size, char seed) {
@@ -242,6 +243,25 @@ TEST_F(CheckpointDirTest, ADirectoryTheServerCannotUseIsRefusedNamingTheFlag) {
     EXPECT_THAT(out, HasSubstr("--checkpoint-dir")) << out;
     EXPECT_THAT(out, HasSubstr(bad)) << out;
   }
+}
+
+TEST_F(CheckpointsTest, ArchivesMissingWhereCheckpointsAreKeptAreSaidAtStart) {
+  start_job();
+  ASSERT_EQ(put(*agent_, "saved").status, 201);
+  // Moved to a volume of its own without its archives: the server says so as it starts.
+  TempDir volume;
+  server_->stop(SIGTERM);
+  start_server({"--checkpoint-dir", volume.path()});
+  const std::string log = slurp(server_->data_dir() + "/server.log");
+  EXPECT_THAT(log, HasSubstr("checkpoint archives missing count=1 of=1"));
+  EXPECT_THAT(log, HasSubstr("jobs=\"" + job_ + "\""));
+  EXPECT_EQ(get(*admin_).status, 404);
+  // Back where they are, nothing is said (the log goes on from where it was).
+  server_->stop(SIGTERM);
+  const size_t before = slurp(server_->data_dir() + "/server.log").size();
+  start_server({});
+  EXPECT_THAT(slurp(server_->data_dir() + "/server.log").substr(before), Not(HasSubstr("checkpoint archives missing")));
+  EXPECT_EQ(get(*admin_).body, "saved");
 }
 
 class LargeCheckpointsTest : public CheckpointsTest {
