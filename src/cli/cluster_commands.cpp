@@ -153,6 +153,12 @@ void run_nodes(const ClientFlags& flags, const ClusterArgs& args) {
     }
     if (unhealthy) notes.push_back(std::to_string(unhealthy) + " GPU" + (unhealthy > 1 ? "s" : "") + " unhealthy");
     if (mig) notes.push_back("MIG on " + std::to_string(mig));
+    // What `cnlab migrate --to` (and the scheduler's moves) cannot bring here.
+    if (status.value("peer_address", "").empty()) {
+      notes.push_back("takes no live migrations");
+    } else if (!tallies.empty() && !status.value("gpu_checkpoint", false)) {
+      notes.push_back("GPU jobs do not migrate");
+    }
     Time heartbeat = time_field(node, "status", "last_heartbeat");
     if (status.value("power_down_candidate", false)) {
       const Time idle_since = time_field(node, "status", "idle_since");

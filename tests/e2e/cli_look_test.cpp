@@ -138,9 +138,9 @@ class CliLookTest : public ClusterTest {
     ASSERT_EQ(ran.code, 0) << ran.out << ran.err;
   }
 
-  void add_agent(const std::string& name, const std::string& gpus = "h100x2") {
+  void add_agent(const std::string& name, const std::string& gpus = "h100x2", std::vector<std::string> flags = {}) {
     std::string join = call(*admin_, "POST", "/v1/join-tokens", 201, {{"ttl", "1h"}})["token"];
-    AgentProcess::Options options{name, gpus, ::geteuid() == 0 ? "nobody" : "", {}};
+    AgentProcess::Options options{name, gpus, ::geteuid() == 0 ? "nobody" : "", std::move(flags)};
     agents_.push_back(std::make_unique<AgentProcess>(*server_, join, nodes_.path() + "/agent-" + name, options));
     ASSERT_TRUE(eventually([&] {
       auto r = admin_->request("GET", "/v1/nodes/" + name);
@@ -306,6 +306,29 @@ TEST_F(CliLookTest, DescribeSaysWhereAJobRunsWithItsGpusOrNone) {
   Ran without = cnlab(home("alice"), {"describe", prep});
   ASSERT_EQ(without.code, 0) << without.err;
   EXPECT_THAT(without.out, AllOf(HasSubstr("Placement:   gpu-1 (no GPUs)\n"), HasSubstr("bound to gpu-1 (no GPUs)\n")));
+}
+
+// Nodes a move cannot go to say so: one whose agent takes no live migrations, and one whose GPU
+// jobs do not move (they save their own state).
+TEST_F(CliLookTest, NodesSayWhichMovesTheyCannotTake) {
+  add_agent("gpu-1");
+  add_agent("gpu-2", "h100x1", {"--criu", "none"});
+  add_agent("gpu-3", "h100x1", {"--cuda-checkpoint", "none"});
+  login("admin", server_->admin_token());
+  Ran nodes = cnlab(home("admin"), {"nodes"});
+  ASSERT_EQ(nodes.code, 0) << nodes.err;
+  EXPECT_THAT(nodes.out, ContainsRegex("gpu-2 [^\n]* takes no live migrations\n")) << nodes.out;
+  // Where CRIU works (root, as in CI) gpu-1 and gpu-3 take moves of CPU jobs; elsewhere none at all.
+  const bool migrates = agents_.back()->log().find("live migrations on") != std::string::npos;
+  if (::geteuid() == 0) {
+    EXPECT_TRUE(migrates) << "as root this machine's agents take live migrations";
+  }
+  EXPECT_THAT(nodes.out, ContainsRegex(migrates ? "gpu-3 [^\n]* GPU jobs do not migrate\n"
+                                                : "gpu-3 [^\n]* takes no live migrations\n"))
+      << nodes.out;
+  if (migrates) {
+    EXPECT_THAT(nodes.out, Not(ContainsRegex("gpu-1 [^\n]*migrat"))) << "gpu-1 takes every move: " << nodes.out;
+  }
 }
 
 TEST_F(CliLookTest, NodesAndGpusShowTheSimulatedNodeAndWhoHoldsWhichBlocks) {
