@@ -41,29 +41,30 @@ Result<std::string> open_checkpoint_dir(const std::string& given) {
   return root;
 }
 
-class ControlPlaneImpl final : public ControlPlane {
- private:
-  // Checkpoint archives that jobs still to run name and the checkpoint directory lacks
-  // (--checkpoint-dir changed without moving them, a disk replaced): said once, at start, since
-  // those jobs would start again from the beginning.
-  void warn_of_missing_checkpoints() const {
-    size_t named = 0;
-    std::vector<std::string> missing;
-    cache_->read([&](const ObjectCache& c) {
-      c.jobs.for_each([&](const std::string& name, const model::Job& job, int64_t) {
-        if (model::is_terminal(job.status.phase) || !job.status.checkpoint) return;
-        ++named;
-        if (!blob_file(dir_.checkpoints(), model::workspace_name(job.status.checkpoint->digest))) missing.push_back(name);
-      });
-      return 0;
+// Checkpoint archives that jobs still to run name and `root` lacks (--checkpoint-dir changed without
+// moving them, a disk replaced): said once, at start, since those jobs would start again from the
+// beginning.
+void warn_of_missing_checkpoints(const ObjectCache& cache, const std::string& root) {
+  constexpr size_t kNamedAtMost = 5;
+  size_t named = 0;
+  std::vector<std::string> missing;
+  cache.read([&](const ObjectCache& c) {
+    c.jobs.for_each([&](const std::string& name, const model::Job& job, int64_t) {
+      if (model::is_terminal(job.status.phase) || !job.status.checkpoint) return;
+      ++named;
+      if (!blob_file(root, model::workspace_name(job.status.checkpoint->digest))) missing.push_back(name);
     });
-    if (missing.empty()) return;
-    spdlog::warn("checkpoint archives missing count={} of={} dir=\"{}\" jobs=\"{}{}\"; those jobs start again without "
-                 "them (if --checkpoint-dir changed, move the archives there)",
-                 missing.size(), named, dir_.checkpoints(), fmt::join(missing.begin(), missing.begin() + std::min<size_t>(missing.size(), 5), ","),
-                 missing.size() > 5 ? ",..." : "");
-  }
+    return 0;
+  });
+  if (missing.empty()) return;
+  const auto shown = missing.begin() + static_cast<std::ptrdiff_t>(std::min(missing.size(), kNamedAtMost));
+  spdlog::warn("checkpoint archives missing count={} of={} dir=\"{}\" jobs=\"{}{}\"; those jobs start again without "
+               "them (if --checkpoint-dir changed, move the archives there)",
+               missing.size(), named, root, fmt::join(missing.begin(), shown, ","),
+               missing.size() > kNamedAtMost ? ",..." : "");
+}
 
+class ControlPlaneImpl final : public ControlPlane {
  public:
   explicit ControlPlaneImpl(const ServerConfig& config) : config_(config) {}
   ~ControlPlaneImpl() override { stop(); }
@@ -103,7 +104,7 @@ class ControlPlaneImpl final : public ControlPlane {
     });
     loop_->attach();
     if (auto started = cache_->start(); !started) return started;
-    warn_of_missing_checkpoints();
+    warn_of_missing_checkpoints(*cache_, dir_.checkpoints());
     lifecycle_ = std::make_unique<NodeLifecycle>(*store_, *cache_, config_, system_now, [this] { loop_->wake(); });
     idle_reclaim_ = std::make_unique<IdleReclaim>(*store_, *cache_, config_.idle_reclaim_after, system_now);
     migrations_ = std::make_unique<MigrationWatch>(*store_, *cache_, config_.migration_timeout, config_.checkpoint_every,
