@@ -167,11 +167,15 @@ class JobRunner {
   bool post_lines(const Json& lines, size_t count);
   void note(const std::string& text);  // a line in the job's log from the agent itself
   void upload_artifacts();
-  // Packs `source` and uploads it (PUT /v1/jobs/{id}/checkpoint) with `headers` added: what a
-  // checkpointable job taken off the node saved in `dir_/checkpoint`, or a process checkpoint in
-  // `dir_/process`. The digest uploaded, or "" when it could not be.
+  // Packs `source` and uploads it (PUT /v1/jobs/{id}/checkpoint): what a checkpointable job taken
+  // off the node saved in `dir_/checkpoint` (kind "files"), or a process checkpoint in
+  // `dir_/process` ("process"). The digest uploaded, or "" when it could not be.
   std::string upload_checkpoint(const std::filesystem::path& source, const std::string& taken_at,
-                                const std::map<std::string, std::string>& headers = {});
+                                const std::string& kind);
+  // The upload's headers that say what `source` holds: its kind, and for a process checkpoint how
+  // many processes it holds with their GPU state suspended.
+  static std::map<std::string, std::string> checkpoint_headers(const std::filesystem::path& source,
+                                                               const std::string& kind);
   // A checkpoint packed into a file in the job's directory, removed when this goes: uploaded or
   // sent from there, never read into memory (a process dump holds the job's whole memory).
   class PackedCheckpoint {

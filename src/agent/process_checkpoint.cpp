@@ -51,7 +51,27 @@ Status copy_tree(const fs::path& from, const fs::path& to) {
   return {};
 }
 
+// How many processes a dump holds with their GPU state suspended; -1 (some, perhaps) for a dump
+// from before the count was kept that holds GPUs.
+int64_t suspended_cuda_processes(const Json& meta) {
+  const Json& cuda = meta.contains("cuda_processes") ? meta["cuda_processes"] : Json();
+  if (cuda.is_number_integer()) return std::max<int64_t>(cuda.get<int64_t>(), 0);
+  const bool held_gpus = meta.contains("gpus") && meta["gpus"].is_array() && !meta["gpus"].empty();
+  return held_gpus ? -1 : 0;
+}
+
 }  // namespace
+
+std::map<std::string, std::string> JobRunner::checkpoint_headers(const fs::path& source, const std::string& kind) {
+  std::map<std::string, std::string> headers = {{"Checkpoint-Kind", kind}};
+  if (kind != "process") return headers;
+  // The server tells by it which nodes can resume the dump (those with cuda-checkpoint, if any).
+  std::ifstream in(source / kProcessMeta);
+  Json meta = Json::parse(std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()), nullptr, false);
+  const int64_t suspended = meta.is_object() ? suspended_cuda_processes(meta) : -1;
+  if (suspended >= 0) headers["Checkpoint-Cuda-Processes"] = std::to_string(suspended);
+  return headers;
+}
 
 std::string JobRunner::transparent_refusal() const {
   const RuntimeCapabilities& caps = context_.runtime->capabilities();
@@ -139,7 +159,7 @@ void JobRunner::checkpoint_on_request() {
   auto taken = take_process_checkpoint(JobHandle::AfterDump::kLeaveStopped);
   if (taken) (void)handle_->thaw();
   if (!taken) return checkpoint_not_taken(taken.error().message);
-  std::string digest = upload_checkpoint(dir_ / "process", taken_at, {{"Checkpoint-Kind", "process"}});
+  std::string digest = upload_checkpoint(dir_ / "process", taken_at, "process");
   spdlog::info("job periodic checkpoint job=\"{}\" digest=\"{}\" pause_ms={} bytes={}", job_id_, digest,
                taken->pause.count(), taken->bytes);
   (void)safe_remove_tree((dir_ / "process").string());
@@ -165,7 +185,7 @@ void JobRunner::upload_when_saved() {
         fmt::format("the job saved nothing into CNLAB_CHECKPOINT_DIR within {} of SIGUSR1 (the agent's --checkpoint-grace)",
                     format_duration(std::chrono::duration_cast<Duration>(context_.checkpoint_grace))));
   }
-  const std::string digest = upload_checkpoint(saved, now_text(), {{"Checkpoint-Kind", "files"}});
+  const std::string digest = upload_checkpoint(saved, now_text(), "files");
   if (digest.empty()) return checkpoint_not_taken("saved by the job, but not uploaded (the agent's log says why)");
   note("checkpoint saved by the job and uploaded: " + digest);
 }
@@ -422,11 +442,8 @@ Result<fs::path> JobRunner::prepare_restore(const model::NodeBinding& binding,
     }
   }
   // Processes dumped with their GPU state suspended come back suspended, and only cuda-checkpoint
-  // resumes them: left so, each would block in its next CUDA call for good. A dump from before
-  // the count was kept, holding GPUs, may have some.
-  const Json& cuda = meta.contains("cuda_processes") ? meta["cuda_processes"] : Json();
-  const bool holds_cuda_state = cuda.is_number_integer() ? cuda.get<int64_t>() > 0 : !dumped_gpus.empty();
-  if (holds_cuda_state && !caps.cuda_state) {
+  // resumes them: left so, each would block in its next CUDA call for good.
+  if (suspended_cuda_processes(meta) != 0 && !caps.cuda_state) {
     return cannot_restore(
         "its processes were dumped with their GPU state suspended, which only NVIDIA's cuda-checkpoint resumes, and "
         "this node has none (" +

@@ -62,10 +62,13 @@ Json spec_to_json(const JobSpec& spec) {
 }  // namespace
 
 Json to_json(const CheckpointRef& checkpoint) {
-  return {{"digest", checkpoint.digest},
-          {"size_bytes", checkpoint.size_bytes},
-          {"taken_at", format_rfc3339(checkpoint.taken_at)},
-          {"kind", checkpoint.kind}};
+  Json j = {{"digest", checkpoint.digest},
+            {"size_bytes", checkpoint.size_bytes},
+            {"taken_at", format_rfc3339(checkpoint.taken_at)},
+            {"kind", checkpoint.kind}};
+  if (checkpoint.gpu_state) j["gpu_state"] = true;
+  if (!checkpoint.gpus.empty()) j["gpus"] = checkpoint.gpus;
+  return j;
 }
 
 namespace {
@@ -281,12 +284,17 @@ std::vector<JobEvent> read_events(const Json& array, const std::string& path, Js
 
 CheckpointRef read_checkpoint(const Json& json, const std::string& path, JsonReader& parent) {
   JsonReader r(json, path);
-  r.only({"digest", "size_bytes", "taken_at", "kind"});
+  r.only({"digest", "size_bytes", "taken_at", "kind", "gpu_state", "gpus"});
   CheckpointRef ref;
   ref.digest = r.string("digest");
   ref.kind = r.string_or("kind", "files");
   if (r.status() && ref.kind != "files" && ref.kind != "process") {
     r.fail(Error::invalid_argument(r.path_of("kind"), ref.kind, "\"files\" or \"process\""));
+  }
+  ref.gpu_state = r.boolean_or("gpu_state", false);
+  ref.gpus = r.string_or("gpus", "");
+  if (r.status() && !ref.gpus.empty() && ref.gpus != "real" && ref.gpus != "simulated") {
+    r.fail(Error::invalid_argument(r.path_of("gpus"), ref.gpus, "\"real\", \"simulated\" or absent"));
   }
   if (r.status()) detail::check(r, validate_digest(ref.digest, r.path_of("digest")));
   ref.size_bytes = r.integer_or("size_bytes", 0, 0, INT64_MAX);

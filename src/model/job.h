@@ -94,7 +94,8 @@ struct WorkspaceRef {
 
 // An application checkpoint a job's agent uploaded (PUT /v1/jobs/{id}/checkpoint): a workspace
 // archive of its CNLAB_CHECKPOINT_DIR, stored by digest. JSON {"digest": "sha256:...",
-// "size_bytes": 123, "taken_at": "2026-11-30T10:01:00Z"}.
+// "size_bytes": 123, "taken_at": "2026-11-30T10:01:00Z", "kind": "process", "gpu_state": true,
+// "gpus": "real"}; gpu_state is omitted when false and gpus when empty.
 struct CheckpointRef {
   std::string digest;      // "sha256:" + 64 lowercase hex digits, of the archive
   int64_t size_bytes = 0;  // of the archive, >= 0
@@ -103,6 +104,11 @@ struct CheckpointRef {
   // checkpoint (CRIU images of the whole process tree and its directories), set only by the
   // agent that took it, so that no job can pass files of its own off as process images.
   std::string kind = "files";
+  // A process checkpoint of a job holding GPUs: whether its processes were dumped with their GPU
+  // state suspended by NVIDIA's cuda-checkpoint (only a node whose agent has it resumes them), and
+  // which GPUs they held, "real" or "simulated" (neither kind resumes on the other). Unset else.
+  bool gpu_state = false;
+  std::string gpus;
 
   bool operator==(const CheckpointRef&) const = default;
 };

@@ -91,12 +91,9 @@ std::optional<EarliestStart> Calendar::earliest_start(const ClusterState& state,
   NodeTimeline base, at;
   std::vector<uint32_t> releases;
   const int64_t cpu_need = shape.cpu_milli, mem_need = shape.memory_mib;
-
-  model::ModelMask wanted = shape.kind == model::SliceKind::kMig ? model::model_bit(shape.mig_model()) : shape.models;
   for (uint32_t n = 0; n < state.node_count(); ++n) {
     const NodeState& node = state.node(n);
-    if (!node.schedulable || node.cpu_total < cpu_need || node.mem_total < mem_need) continue;
-    if (wanted != 0 && (node.models & wanted) == 0) continue;
+    if (!could_host(node, shape)) continue;
     // Running jobs on the node that end before the best start found so far, earliest first.
     Time horizon = best ? best->start : kNever;
     releases.clear();

@@ -16,6 +16,7 @@ ClusterState::ClusterState(const std::vector<model::Node>& nodes) {
     node.cpu_total = node.cpu_free = src.cpu_milli;
     node.mem_total = node.mem_free = src.memory_mib;
     node.schedulable = src.schedulable();
+    node.traits = traits_of(src);
     node.gpu_begin = static_cast<uint32_t>(gpus_.size());
     nodes_.push_back(node);
     node_by_name_.emplace(src.meta.name, n);

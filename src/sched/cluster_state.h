@@ -15,6 +15,8 @@
 #include "model/model.h"
 #include "sched/decision.h"
 #include "sched/index_set.h"
+#include "sched/job_shape.h"
+#include "sched/node_traits.h"
 
 namespace cnlab::sched {
 
@@ -30,7 +32,16 @@ struct NodeState {
   model::ModelMask models = 0;  // models of its healthy GPUs
   uint32_t version = 0;         // grows with every change, for caches of what derives from the node
   bool schedulable = false;
+  NodeTraits traits = 0;
 };
+
+// Whether `node` could ever take `shape`, empty: offered, big enough, of a model it accepts, with
+// the traits it needs. The first filter of every search that ranks nodes.
+inline bool could_host(const NodeState& node, const JobShape& shape) {
+  const model::ModelMask wanted = shape.kind == model::SliceKind::kMig ? model::model_bit(shape.mig_model()) : shape.models;
+  return node.schedulable && node.cpu_total >= shape.cpu_milli && node.mem_total >= shape.memory_mib &&
+         (wanted == 0 || (node.models & wanted) != 0) && has_traits(node.traits, shape.node_traits);
+}
 
 struct PartitionState {
   uint32_t node = 0, gpu = 0;

@@ -28,9 +28,7 @@ int best_over_models(const ClusterState& state, model::ModelMask models, Metric 
   return best;
 }
 
-}  // namespace
-
-std::string describe_shape(const JobShape& shape) {
+std::string describe_request(const JobShape& shape) {
   std::string models = model::format_model_mask(shape.models);
   switch (shape.kind) {
     case model::SliceKind::kBlocks: {
@@ -48,9 +46,25 @@ std::string describe_shape(const JobShape& shape) {
   return models;
 }
 
+}  // namespace
+
+std::string describe_shape(const JobShape& shape) {
+  if (shape.node_traits == 0) return describe_request(shape);
+  return describe_request(shape) + " on a node with " + describe_traits(shape.node_traits) + " (to resume its checkpoint)";
+}
+
 std::string why_no_fit(const ClusterState& state, const Calendar& calendar, const Snapshot& snapshot,
                        const JobShape& shape, Time now, Time end) {
   std::string needs = "needs " + describe_shape(shape);
+  if (shape.node_traits != 0) {
+    // The capacity below is the whole cluster's; what counts here is that of the nodes it may use.
+    int able = 0;
+    for (uint32_t n = 0; n < state.node_count(); ++n) {
+      able += state.node(n).schedulable && has_traits(state.node(n).traits, shape.node_traits) ? 1 : 0;
+    }
+    if (able == 0) return needs + "; no schedulable node has them now";
+    return fmt::format("{}; none of the {} schedulable nodes that have them has that free now", needs, able);
+  }
   std::string models = model::format_model_mask(shape.models);
   // Capacity that fits the GPUs but is held by a reservation, or lacks host resources.
   auto held_or_host = [&](uint32_t node, std::span<const PartUse> uses) -> std::string {

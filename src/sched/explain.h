@@ -10,7 +10,9 @@
 
 namespace cnlab::sched {
 
-// "25 blocks of h100 with 4 CPU cores and 16Gi memory": what a shape asks for.
+// "25 blocks of h100 with 4 CPU cores and 16Gi memory": what a shape asks for, and the node
+// traits it needs ("... on a node with real GPUs and NVIDIA's cuda-checkpoint (to resume its
+// checkpoint)").
 std::string describe_shape(const JobShape& shape);
 
 // Why `shape` (for a job running [now, end)) found no place now: what the cluster has at best

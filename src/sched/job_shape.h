@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "model/model.h"
+#include "sched/node_traits.h"
 
 namespace cnlab::sched {
 
@@ -15,6 +16,7 @@ struct JobShape {
   int mig_profile = -1;
   int64_t vram_mib = -1;  // -1: the blocks' share of the partition's memory
   int64_t cpu_milli = 0, memory_mib = 0;  // host resources for the whole job
+  NodeTraits node_traits = 0;  // what every node it goes on must have (a resume's needs)
 
   static JobShape of(const model::JobSpec& spec) {
     JobShape s;
@@ -37,7 +39,7 @@ struct JobShapeHash {
   size_t operator()(const JobShape& s) const {
     size_t h = static_cast<size_t>(s.kind) * 0x9E3779B97F4A7C15ull;
     for (int64_t v : {int64_t{s.models}, int64_t{s.blocks}, int64_t{s.gpu_count}, int64_t{s.mig_profile}, s.vram_mib,
-                      s.cpu_milli, s.memory_mib}) {
+                      s.cpu_milli, s.memory_mib, int64_t{s.node_traits}}) {
       h = (h ^ static_cast<size_t>(v)) * 0x100000001B3ull;  // FNV-1a style, over whole fields
     }
     return h;

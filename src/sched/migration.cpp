@@ -48,9 +48,7 @@ std::optional<MoveSet> MoveSelector::choose(ClusterState& state, const Placement
   };
   std::vector<Candidate> candidates;
   for (uint32_t n = 0; n < state.node_count(); ++n) {
-    const NodeState& node = state.node(n);
-    if (!node.schedulable || node.cpu_total < shape.cpu_milli || node.mem_total < shape.memory_mib) continue;
-    if (shape.models != 0 && (node.models & shape.models) == 0) continue;
+    if (!could_host(state.node(n), shape)) continue;
     light.load(n);
     // Already fitting: what stops the job here is a reservation, which no move changes.
     if (!light.relevant() || light.fits()) continue;

@@ -28,9 +28,9 @@ struct PlacementSearch::Best {
   }
 };
 
-bool PlacementSearch::host_fits(uint32_t node, int64_t cpu, int64_t mem) const {
+bool PlacementSearch::host_fits(const JobShape& shape, uint32_t node, int64_t cpu, int64_t mem) const {
   const NodeState& n = state_.node(node);
-  return n.cpu_free >= cpu && n.mem_free >= mem;
+  return n.cpu_free >= cpu && n.mem_free >= mem && has_traits(n.traits, shape.node_traits);
 }
 
 bool PlacementSearch::calendar_allows(uint32_t node, Time now, Time end, int64_t cpu, int64_t mem,
@@ -57,7 +57,7 @@ model::ModelMask present_models(const ClusterState& state, model::ModelMask want
 bool PlacementSearch::block_fits(const JobShape& shape, uint32_t p, Time now, Time end, Best& best,
                                  PartUse& use) const {
   const PartitionState& part = state_.partition(p);
-  if (!host_fits(part.node, shape.cpu_milli, shape.memory_mib)) return false;
+  if (!host_fits(shape, part.node, shape.cpu_milli, shape.memory_mib)) return false;
   int64_t mem = shape.vram_mib >= 0 ? shape.vram_mib : state_.default_mem(part, shape.blocks);
   if (part.free_mem < mem) return false;
   use = PartUse{p, static_cast<int16_t>(shape.blocks), mem};
@@ -126,7 +126,7 @@ void PlacementSearch::blocks_on_node(const JobShape& shape, uint32_t node, Time 
 
 void PlacementSearch::whole_on_node(const JobShape& shape, uint32_t node, model::ModelId model, Time now, Time end,
                                     Best& best) const {
-  if (!host_fits(node, shape.cpu_milli, shape.memory_mib)) return;
+  if (!host_fits(shape, node, shape.cpu_milli, shape.memory_mib)) return;
   const NodeState& n = state_.node(node);
   best.scratch.clear();
   for (uint32_t g = n.gpu_begin; g < n.gpu_end && static_cast<int>(best.scratch.size()) < shape.gpu_count; ++g) {
@@ -206,7 +206,7 @@ void PlacementSearch::whole_multi(const JobShape& shape, Time now, Time end, Bes
         int k = static_cast<int>(planned.uses.size());
         planned.cpu = (shape.cpu_milli * k + shape.gpu_count - 1) / shape.gpu_count;
         planned.mem = (shape.memory_mib * k + shape.gpu_count - 1) / shape.gpu_count;
-        if (k == 0 || !host_fits(node, planned.cpu, planned.mem) ||
+        if (k == 0 || !host_fits(shape, node, planned.cpu, planned.mem) ||
             !calendar_allows(node, now, end, planned.cpu, planned.mem, planned.uses, best)) {
           continue;
         }
@@ -227,7 +227,7 @@ void PlacementSearch::whole_multi(const JobShape& shape, Time now, Time end, Bes
 void PlacementSearch::mig(const JobShape& shape, Time now, Time end, uint32_t only_node, Best& best) const {
   model::ModelId m = shape.mig_model();
   auto consider = [&](uint32_t node, const PlannedNode& planned, std::span<const PartUse> uses, int change) {
-    if (!host_fits(node, shape.cpu_milli, shape.memory_mib)) return;
+    if (!host_fits(shape, node, shape.cpu_milli, shape.memory_mib)) return;
     if (!calendar_allows(node, now, end, shape.cpu_milli, shape.memory_mib, uses, best)) return;
     CandidateView view{node, uses, shape.cpu_milli, shape.memory_mib, 0, change};
     best.consider(scorer_.cost(state_, shape, view), [&] { return planned; });
@@ -280,7 +280,7 @@ void PlacementSearch::mig(const JobShape& shape, Time now, Time end, uint32_t on
 void PlacementSearch::host_only(const JobShape& shape, Time now, Time end, uint32_t only_node, Best& best) const {
   for (uint32_t n = only_node == kNone ? 0 : only_node; n < state_.node_count(); ++n) {
     if (only_node != kNone && n != only_node) break;
-    if (!state_.node(n).schedulable || !host_fits(n, shape.cpu_milli, shape.memory_mib)) continue;
+    if (!state_.node(n).schedulable || !host_fits(shape, n, shape.cpu_milli, shape.memory_mib)) continue;
     if (!calendar_allows(n, now, end, shape.cpu_milli, shape.memory_mib, {}, best)) continue;
     CandidateView view{n, {}, shape.cpu_milli, shape.memory_mib, 0, 0};
     best.consider(scorer_.cost(state_, shape, view), [&] {

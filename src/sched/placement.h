@@ -66,7 +66,8 @@ class PlacementSearch {
   void whole_multi(const JobShape& shape, Time now, Time end, Best& best) const;
   void mig(const JobShape& shape, Time now, Time end, uint32_t only_node, Best& best) const;
   void host_only(const JobShape& shape, Time now, Time end, uint32_t only_node, Best& best) const;
-  bool host_fits(uint32_t node, int64_t cpu, int64_t mem) const;
+  // Whether `node` has the host resources free and the traits the shape needs.
+  bool host_fits(const JobShape& shape, uint32_t node, int64_t cpu, int64_t mem) const;
   bool calendar_allows(uint32_t node, Time now, Time end, int64_t cpu, int64_t mem, std::span<const PartUse> uses,
                        Best& best) const;
 

@@ -63,14 +63,11 @@ std::optional<VictimSet> VictimSelector::choose(ClusterState& state, const Place
   std::vector<uint32_t> victims;
   NodeFit light(state, shape, true);
   auto worse = [](const auto& a, const auto& b) { return a.first.key() < b.first.key(); };
-  model::ModelMask wanted = shape.kind == model::SliceKind::kMig ? model::model_bit(shape.mig_model()) : shape.models;
   if (node_begin_.size() != state.node_count() + 1) index_candidates(state);
   for (uint32_t n = 0; n < state.node_count(); ++n) {
     const uint32_t first = node_begin_[n], last = node_begin_[n + 1];
     if (first == last || -candidates_[first].neg_tier <= tier) continue;  // nothing below `tier`
-    const NodeState& node = state.node(n);
-    if (!node.schedulable || node.cpu_total < shape.cpu_milli || node.mem_total < shape.memory_mib) continue;
-    if (wanted != 0 && (node.models & wanted) == 0) continue;
+    if (!could_host(state.node(n), shape)) continue;
     size_t max_count = ranked.size() < kVerified ? SIZE_MAX : ranked.back().first.count;
     light.load(n);
     if (!light.relevant()) continue;

@@ -4,7 +4,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <optional>
 #include <unordered_map>
 
 #include "sched/calendar.h"
@@ -96,6 +98,22 @@ class Cycle {
     return it->second;
   }
 
+  // What a pending job's resume needs of its nodes (sched/node_traits.h), while some node that is
+  // not Lost has it. Where none is left, the job starts on any node (from the beginning, if its dump
+  // cannot be restored there) rather than wait for nodes that may never come back.
+  NodeTraits traits_to_resume_here(const model::Job& job) {
+    const NodeTraits wanted = traits_to_resume(job);
+    if (wanted == 0) return 0;
+    if (!traits_present_) {
+      traits_present_.emplace();
+      for (const model::Node& node : snap_.nodes) {
+        if (node.phase == model::NodePhase::kLost) continue;
+        for (int t = 0; t < kTraitSets; ++t) (*traits_present_)[t] |= has_traits(traits_of(node), static_cast<NodeTraits>(t));
+      }
+    }
+    return (*traits_present_)[wanted] ? wanted : 0;
+  }
+
   uint32_t intern_user(uint32_t project, std::string_view user) {
     auto [it, added] = user_ids_.try_emplace({project, user}, static_cast<uint32_t>(users_.size()));
     if (added) users_.emplace_back(project, user);
@@ -121,6 +139,7 @@ class Cycle {
       info.project = intern_project(job.spec.project);
       info.user = intern_user(info.project, job.spec.user);
       info.shape = JobShape::of(job.spec);
+      if (pending) info.shape.node_traits = traits_to_resume_here(job);
       info.shape_id = intern_shape(info.shape);
       info.submitted = job.status.submitted_at;
       info.deadline = job.spec.deadline;
@@ -587,6 +606,7 @@ class Cycle {
   std::vector<std::pair<uint32_t, std::string_view>> users_;  // (project id, user name)
   std::vector<double> held_blocks_, held_user_blocks_;
   std::unordered_map<JobShape, uint32_t, JobShapeHash> shape_ids_;
+  std::optional<std::array<bool, kTraitSets>> traits_present_;  // by trait set, over nodes not Lost
   std::vector<JobShape> shapes_;         // by shape id
   std::vector<uint64_t> shape_jobs_;     // jobs per shape id
   std::vector<Failure> failures_;        // by shape id

@@ -29,6 +29,11 @@ constexpr const char* kDigestHeader = "checkpoint-digest";
 constexpr const char* kTakenAtHeader = "checkpoint-taken-at";
 // "files" (default) or "process": what the archive holds (model::CheckpointRef::kind).
 constexpr const char* kKindHeader = "checkpoint-kind";
+// With "process": how many of its processes the dump holds with their GPU state suspended by
+// cuda-checkpoint (model::CheckpointRef::gpu_state). Absent, a dump of a job holding GPUs may hold
+// some (an agent from before the count was sent).
+constexpr const char* kCudaProcessesHeader = "checkpoint-cuda-processes";
+constexpr int64_t kMaxCudaProcesses = 1 << 20;
 
 // Writes of archives and the removal of those no job names go one at a time, so that a removal
 // never takes an archive another job's upload has just written and is about to name.
@@ -85,6 +90,17 @@ net::Response Api::put_checkpoint(const Call& call) {
   if (kind != "files" && kind != "process") {
     return error_response(Error::invalid_argument("Checkpoint-Kind", kind, "\"files\" or \"process\""));
   }
+  const std::string cuda_text = call.request.header(kCudaProcessesHeader);
+  int64_t cuda_processes = -1;
+  if (!cuda_text.empty()) {
+    auto parsed = parse_int(cuda_text, "Checkpoint-Cuda-Processes");
+    if (kind != "process" || !parsed || *parsed < 0 || *parsed > kMaxCudaProcesses) {
+      return error_response(Error::invalid_argument(
+          "Checkpoint-Cuda-Processes", cuda_text,
+          fmt::format("an integer from 0 to {}, sent only with Checkpoint-Kind \"process\"", kMaxCudaProcesses)));
+    }
+    cuda_processes = *parsed;
+  }
   // Spooled to a file by the HTTP layer (Api::spool_dir); in memory where that could not be.
   const size_t size = body_size(call.request);
   const size_t limit = ctx_.config.max_checkpoint_bytes;
@@ -108,7 +124,16 @@ net::Response Api::put_checkpoint(const Call& call) {
   auto written = store_body(call.request, root, hex, matches_digest);
   if (!written) return error_response(written.error());
 
-  model::CheckpointRef taken{*digest, written->size_bytes, taken_at, kind};
+  // Which nodes can resume a process checkpoint of a job holding GPUs: the scheduler starts it again
+  // only on GPUs of the same kind, and one with GPU state only where cuda-checkpoint is
+  // (sched/node_traits.h).
+  const bool holds_gpus = kind == "process" && cached.object->spec.gpu.kind != model::SliceKind::kNone;
+  std::string gpus;
+  if (holds_gpus) {
+    auto uploader = ctx_.cache.read([&](const ObjectCache& c) { return c.nodes.get(caller.node); });
+    gpus = uploader.object && uploader.object->simulated ? "simulated" : "real";
+  }
+  model::CheckpointRef taken{*digest, written->size_bytes, taken_at, kind, holds_gpus && cuda_processes != 0, gpus};
   std::vector<model::CheckpointRef> dropped;
   Json audit = audit_record(call, "jobs.checkpoint", id, "ok", {{"digest", *digest}, {"size_bytes", taken.size_bytes}});
   auto updated = update_job(

@@ -1183,6 +1183,43 @@ TEST_F(GpuMigrationTest, ADumpHoldingGpuStateIsNotRestoredWhereNothingCanResumeI
   cancel_and_wait(id);
 }
 
+// Pre-empted on node-a, whose cuda-checkpoint suspended its GPU state into the dump, while node-b
+// (no utility) has room: it waits for node-a rather than start again from the beginning on node-b,
+// says why, and resumes on node-a where it was once the production job has gone.
+TEST_F(GpuMigrationTest, APreemptedDumpHoldingGpuStateWaitsForANodeThatCanResumeItAndResumesThere) {
+  add_gpu_agent("node-a", /*vgpu=*/false);
+  std::string id = submit_cuda_counter();
+  ASSERT_TRUE(eventually([&] { return last_tick(id) >= 5; }, 20s)) << agents_[0]->log();
+  add_agent("node-b", "h100x2", {"--cuda-checkpoint", "none"});
+  // The production job needs both of node-a's GPUs: node-b is cordoned so that it pre-empts there.
+  call(*admin_, "POST", "/v1/nodes/node-b/cordon", 200);
+  Json urgent_body = job_body("default", "h100x2", {"sleep", "600"});
+  urgent_body["spec"]["priority_class"] = "production";
+  urgent_body["spec"]["memory_mib"] = 64;
+  std::string urgent = call(*admin_, "POST", "/v1/jobs", 201, urgent_body)["metadata"]["name"];
+  ASSERT_TRUE(eventually([&] { return has_event(id, "Released"); }, 30s)) << events(id) << agents_[0]->log();
+  const Json checkpoint = get_job(*admin_, id)["status"]["checkpoint"];
+  EXPECT_EQ(checkpoint["kind"], "process");
+  EXPECT_EQ(checkpoint["gpu_state"], true) << checkpoint.dump();
+  EXPECT_EQ(checkpoint["gpus"], "simulated");
+  const int dumped_at = last_tick(id);
+
+  call(*admin_, "POST", "/v1/nodes/node-b/uncordon", 200);
+  ASSERT_TRUE(eventually([&] { return get_job(*admin_, id)["status"].value("waiting_reason", "").find("to resume its checkpoint") != std::string::npos; }, 10s))
+      << get_job(*admin_, id).dump();
+  EXPECT_FALSE(eventually([&] { return !placed_on(id).empty(); }, 3s)) << "node-b has room but cannot resume it: " << events(id);
+  auto [code, described] = cnlab("describe " + id);
+  EXPECT_THAT(described, HasSubstr("on a node with simulated GPUs and NVIDIA's cuda-checkpoint (to resume its checkpoint)"))
+      << described;
+
+  call(*admin_, "POST", "/v1/jobs/" + urgent + "/cancel", 200);
+  ASSERT_TRUE(eventually([&] { return placed_on(id) == "node-a" && last_tick(id) >= dumped_at + 5; }, 40s))
+      << events(id) << agents_[0]->log();
+  expect_unbroken(ticks(texts(logs(id))), dumped_at + 5);
+  EXPECT_THAT(events(id), HasSubstr("processes restored"));
+  cancel_and_wait(id);
+}
+
 TEST_F(GpuMigrationTest, AJobThatDoesNotHandleTheCheckpointSignalIsNotSentItAndRunsOn) {
   add_gpu_agent("node-a", /*vgpu=*/true, {"--criu", "none"});  // no transparent checkpoint here
   Json body = job_body("default", "h100", {"python3", "-u", "-c", "import time\nprint('up', flush=True)\ntime.sleep(600)"});

@@ -282,6 +282,30 @@ TEST(JobJson, ProcessCheckpointsMigrationsAndCheckpointRequestsRoundTrip) {
   EXPECT_EQ(job_from_json(j).error().field, "status.migration.gpus[0].blocks");
 }
 
+TEST(JobJson, WhatAProcessCheckpointHeldOnItsGpusRoundTripsAndIsOmittedWhenNothing) {
+  Job job = running_job();
+  job.status.checkpoint = CheckpointRef{"sha256:" + std::string(64, 'c'), 4096, at("2026-11-30T10:14:05Z"), "process"};
+  EXPECT_FALSE(to_json(job)["status"]["checkpoint"].contains("gpu_state"));
+  EXPECT_FALSE(to_json(job)["status"]["checkpoint"].contains("gpus"));
+  job.status.checkpoint->gpu_state = true;
+  job.status.checkpoint->gpus = "simulated";
+  Json j = to_json(job);
+  EXPECT_EQ(j["status"]["checkpoint"]["gpu_state"], true);
+  EXPECT_EQ(j["status"]["checkpoint"]["gpus"], "simulated");
+  auto back = job_from_json(j);
+  ASSERT_TRUE(back) << back.error().to_string();
+  EXPECT_EQ(*back, job);
+
+  j["status"]["checkpoint"]["gpus"] = "virtual";
+  auto bad = job_from_json(j);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().field, "status.checkpoint.gpus");
+  EXPECT_THAT(bad.error().message, HasSubstr("\"real\", \"simulated\" or absent"));
+  j["status"]["checkpoint"]["gpus"] = "real";
+  j["status"]["checkpoint"]["gpu_state"] = "yes";
+  EXPECT_EQ(job_from_json(j).error().field, "status.checkpoint.gpu_state");
+}
+
 TEST(JobJson, SucceededNodesMustBeAnArrayOfNodeNames) {
   Json j = to_json(running_job());
   j["status"]["succeeded_nodes"] = "gpu-1";

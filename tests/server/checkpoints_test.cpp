@@ -38,10 +38,10 @@ class CheckpointsTest : public ClusterTest {
     return id;
   }
   net::ClientResponse put(net::Client& client, const std::string& bytes, std::string digest = "",
-                          const std::string& job = "") {
+                          const std::string& job = "", std::map<std::string, std::string> headers = {}) {
     if (digest.empty()) digest = digest_of(bytes);
-    auto r = client.request("PUT", "/v1/jobs/" + (job.empty() ? job_ : job) + "/checkpoint", bytes,
-                            {{"Content-Type", "application/octet-stream"}, {"Checkpoint-Digest", digest}});
+    headers.insert({{"Content-Type", "application/octet-stream"}, {"Checkpoint-Digest", digest}});
+    auto r = client.request("PUT", "/v1/jobs/" + (job.empty() ? job_ : job) + "/checkpoint", bytes, headers);
     if (!r) throw std::runtime_error(r.error().to_string());
     return *r;
   }
@@ -117,6 +117,71 @@ TEST_F(CheckpointsTest, AnArchiveThatDoesNotMatchItsDigestIsRefusedAndNothingIsK
   EXPECT_FALSE(fs::exists(archive_path("the bytes sent")));
   EXPECT_EQ(get(*admin_).status, 404);
   EXPECT_TRUE(spool_is_empty()) << "a refused upload leaves no file behind";
+}
+
+// What the scheduler needs to resume a process checkpoint of a job holding GPUs: whether its
+// processes were dumped with GPU state (the agent's count), and the kind of GPUs of the node that
+// uploaded it (the server's own record of that node).
+TEST_F(CheckpointsTest, AProcessCheckpointRecordsWhetherItHoldsGpuStateAndOnWhichKindOfGpus) {
+  start_job();  // gpu-1's GPUs are simulated
+  auto process = [&](const std::string& bytes, const std::string& cuda) {
+    std::map<std::string, std::string> headers = {{"Checkpoint-Kind", "process"}};
+    if (!cuda.empty()) headers["Checkpoint-Cuda-Processes"] = cuda;
+    return put(*agent_, bytes, "", "", headers);
+  };
+  ASSERT_EQ(process("dump with two suspended", "2").status, 201);
+  Json checkpoint = get_job(*admin_, job_)["status"]["checkpoint"];
+  EXPECT_EQ(checkpoint["kind"], "process");
+  EXPECT_EQ(checkpoint["gpu_state"], true);
+  EXPECT_EQ(checkpoint["gpus"], "simulated");
+  ASSERT_EQ(process("dump by CRIU alone", "0").status, 201);
+  checkpoint = get_job(*admin_, job_)["status"]["checkpoint"];
+  EXPECT_FALSE(checkpoint.contains("gpu_state")) << checkpoint.dump();
+  EXPECT_EQ(checkpoint["gpus"], "simulated");
+  // An agent from before the count: a dump of a job holding GPUs may hold their state.
+  ASSERT_EQ(process("dump from an older agent", "").status, 201);
+  EXPECT_EQ(get_job(*admin_, job_)["status"]["checkpoint"]["gpu_state"], true);
+
+  for (const char* bad : {"-1", "two", "1048577"}) {
+    auto refused = process("refused", bad);
+    ASSERT_EQ(refused.status, 400) << bad << " " << refused.body;
+    Json error = Json::parse(refused.body)["error"];
+    EXPECT_EQ(error["field"], "Checkpoint-Cuda-Processes");
+    EXPECT_THAT(error["message"].get<std::string>(), HasSubstr("an integer from 0 to 1048576"));
+  }
+  auto files_with_count = put(*agent_, "files", "", "", {{"Checkpoint-Kind", "files"}, {"Checkpoint-Cuda-Processes", "1"}});
+  EXPECT_EQ(files_with_count.status, 400) << files_with_count.body;
+  EXPECT_THAT(files_with_count.body, HasSubstr("sent only with Checkpoint-Kind"));
+  EXPECT_EQ(get_job(*admin_, job_)["status"]["checkpoint"]["digest"], digest_of("dump from an older agent"));
+
+  // A files checkpoint says nothing of GPUs.
+  ASSERT_EQ(put(*agent_, "files saved").status, 201);
+  checkpoint = get_job(*admin_, job_)["status"]["checkpoint"];
+  EXPECT_FALSE(checkpoint.contains("gpus")) << checkpoint.dump();
+  EXPECT_FALSE(checkpoint.contains("gpu_state")) << checkpoint.dump();
+}
+
+TEST_F(CheckpointsTest, AProcessCheckpointFromANodeWithRealGpusSaysSoAndOneOfAJobWithoutGpusSaysNothing) {
+  Json real = node_object("gpu-1", "h100", 2);
+  real["status"]["simulated"] = false;
+  for (auto& gpu : real["status"]["gpus"]) gpu.erase("simulated");
+  agent_ = server_->client(register_node("gpu-1", "h100", 2, real));
+  job_ = submit_on_gpu_1("dev");
+  ASSERT_EQ(put(*agent_, "real dump", "", "", {{"Checkpoint-Kind", "process"}, {"Checkpoint-Cuda-Processes", "1"}}).status, 201);
+  Json checkpoint = get_job(*admin_, job_)["status"]["checkpoint"];
+  EXPECT_EQ(checkpoint["gpus"], "real");
+  EXPECT_EQ(checkpoint["gpu_state"], true);
+
+  Json body = job_body("default", "none", {"sleep", "100"});
+  body["spec"]["checkpointable"] = true;
+  std::string host_only = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
+  ASSERT_TRUE(wait_for_phase(*admin_, host_only, "Scheduled"));
+  call(*agent_, "PUT", "/v1/jobs/" + host_only + "/status", 200, {{"phase", "Running"}});
+  ASSERT_EQ(put(*agent_, "host dump", "", host_only, {{"Checkpoint-Kind", "process"}, {"Checkpoint-Cuda-Processes", "0"}}).status, 201);
+  checkpoint = get_job(*admin_, host_only)["status"]["checkpoint"];
+  EXPECT_EQ(checkpoint["kind"], "process");
+  EXPECT_FALSE(checkpoint.contains("gpus")) << checkpoint.dump();
+  EXPECT_FALSE(checkpoint.contains("gpu_state")) << checkpoint.dump();
 }
 
 TEST_F(CheckpointsTest, AUserOfAnotherProjectCannotSeeTheCheckpoint) {
