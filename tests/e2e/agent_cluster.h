@@ -4,8 +4,10 @@
 
 #include <gmock/gmock.h>
 
+#include <signal.h>
 #include <sys/stat.h>
 
+#include <filesystem>
 #include <sstream>
 
 #include "agent_process.h"
@@ -64,6 +66,27 @@ class AgentCluster : public ClusterTest {
     return out;
   }
   std::string node_of(const std::string& id) { return get_job(*admin_, id)["status"]["placement"][0]["node"]; }
+
+  // An agent stopped with SIGTERM leaves its jobs running, for the next one to adopt, and a test
+  // that fails mid-way (or kills an agent) may not have ended its jobs: once the agents have
+  // stopped, every process left that works in, or was started from, their data directories is
+  // killed (job processes, restored ones, their shims), so that no test leaves processes behind.
+  // Only this test's directories are looked at: tests running beside it keep theirs.
+  void TearDown() override {
+    agents_.clear();
+    const std::string under = nodes_.path() + "/";
+    const std::string self = std::to_string(::getpid());
+    std::error_code ec;
+    for (auto it = std::filesystem::directory_iterator("/proc", ec); !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+      const std::string pid = it->path().filename();
+      if (pid.find_first_not_of("0123456789") != std::string::npos || pid == self) continue;
+      std::error_code link_ec;
+      const std::string cwd = std::filesystem::read_symlink(it->path() / "cwd", link_ec).string() + "/";
+      if (cwd.rfind(under, 0) == 0 || read_proc_file(it->path() / "cmdline").find(under) != std::string::npos) {
+        ::kill(std::stoi(pid), SIGKILL);
+      }
+    }
+  }
 
   TempDir nodes_;  // the agents' data directories (the server's is dir_)
   std::string run_as_ = ::geteuid() == 0 ? "nobody" : "";  // whom the agents run jobs as

@@ -1153,7 +1153,10 @@ TEST_F(GpuMigrationTest, AJobOnSimulatedGpusIsCheckpointedAndMovedByCriuAloneWit
   EXPECT_THAT(agents_[0]->log(), HasSubstr("jobs holding simulated GPUs are dumped by CRIU alone"));
   auto [code, said] = cnlab("checkpoint " + id);
   EXPECT_EQ(code, 0) << said;
-  EXPECT_EQ(get_job(*admin_, id)["status"]["checkpoint"].value("kind", ""), "process") << said;
+  const Json checkpoint = get_job(*admin_, id)["status"]["checkpoint"];
+  EXPECT_EQ(checkpoint.value("kind", ""), "process") << said;
+  EXPECT_EQ(checkpoint.value("gpus", ""), "simulated") << checkpoint.dump();
+  EXPECT_FALSE(checkpoint.contains("gpu_state")) << "no process was suspended by a cuda-checkpoint";
   add_agent("node-b", "h100x2", {"--cuda-checkpoint", "/nonexistent/cuda-checkpoint"});
   migrate_to_node_b_unbroken(id);
   if (HasFatalFailure()) return;
