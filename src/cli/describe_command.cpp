@@ -42,14 +42,19 @@ void line(const char* label, const std::string& value, const char* sgr = nullptr
   std::printf("%-12s %s\n", label, colour ? colourise(value, sgr).c_str() : value.c_str());
 }
 
-// "process, 12.3 MiB, taken 14:05 (3m12s ago), sha256:1f2e3d4c5b6a; 2 older kept; another asked 5s
-// ago": the checkpoint the job resumes from, and one asked for and not yet taken. "" for none.
+// "process (GPU state, real GPUs), 12.3 MiB, taken 14:05 (3m12s ago), sha256:1f2e3d4c5b6a; 2 older
+// kept; another asked 5s ago": the checkpoint the job resumes from (what a process one holds of its
+// GPUs decides where it can resume), and one asked for and not yet taken. "" for none.
 std::string checkpoint_text(const Json& status, Time now) {
   std::string text;
   if (status.contains("checkpoint") && status["checkpoint"].is_object()) {
     const Json& c = status["checkpoint"];
     const std::string digest = c.value("digest", "");
-    text = c.value("kind", "files") + ", " + format_bytes(c.value("size_bytes", int64_t{0})) + ", taken " +
+    std::string kind = c.value("kind", "files");
+    if (c.contains("gpus") && c["gpus"].is_string()) {
+      kind += std::string(" (") + (c.value("gpu_state", false) ? "GPU state, " : "") + c["gpus"].get<std::string>() + " GPUs)";
+    }
+    text = kind + ", " + format_bytes(c.value("size_bytes", int64_t{0})) + ", taken " +
            when(time_field(status, "checkpoint", "taken_at"), now) + ", " + digest.substr(0, 19);
     const size_t older = status.value("older_checkpoints", Json::array()).size();
     if (older > 0) text += "; " + std::to_string(older) + " older kept";

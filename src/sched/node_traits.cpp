@@ -1,5 +1,7 @@
 #include "sched/node_traits.h"
 
+#include <vector>
+
 namespace cnlab::sched {
 
 NodeTraits traits_of(const model::Node& node) {
@@ -9,7 +11,13 @@ NodeTraits traits_of(const model::Node& node) {
   } else if (!node.gpus.empty()) {
     traits |= kRealGpus;
   }
+  if (!node.peer_address.empty()) traits |= kTakesMigrations;
   return traits;
+}
+
+NodeTraits traits_to_move(const model::Job& job, const model::Node& source) {
+  if (job.spec.gpu.kind == model::SliceKind::kNone) return kTakesMigrations;
+  return kTakesMigrations | kRestoresGpuState | (source.simulated ? kSimulatedGpus : kRealGpus);
 }
 
 NodeTraits traits_to_resume(const model::Job& job) {
@@ -21,9 +29,14 @@ NodeTraits traits_to_resume(const model::Job& job) {
 }
 
 std::string describe_traits(NodeTraits traits) {
-  std::string gpus = (traits & kSimulatedGpus) ? "simulated GPUs" : (traits & kRealGpus) ? "real GPUs" : "";
-  if (!(traits & kRestoresGpuState)) return gpus;
-  return (gpus.empty() ? "" : gpus + " and ") + "NVIDIA's cuda-checkpoint";
+  std::vector<std::string> parts;
+  if (traits & kSimulatedGpus) parts.push_back("simulated GPUs");
+  if (traits & kRealGpus) parts.push_back("real GPUs");
+  if (traits & kRestoresGpuState) parts.push_back("NVIDIA's cuda-checkpoint");
+  if (traits & kTakesMigrations) parts.push_back("an agent that takes live migrations");
+  std::string text;
+  for (size_t i = 0; i < parts.size(); ++i) text += (i == 0 ? "" : i + 1 == parts.size() ? " and " : ", ") + parts[i];
+  return text;
 }
 
 }  // namespace cnlab::sched

@@ -114,6 +114,13 @@ class Cycle {
     return (*traits_present_)[wanted] ? wanted : 0;
   }
 
+  // What a movable job's target must have (its one node is where it runs now): a move's search then
+  // meets only targets the server carries a move out to.
+  NodeTraits traits_to_move_from(const model::Job& job) const {
+    const uint32_t source = state_.find_node(job.status.placement.front().node);
+    return source == kNone ? 0 : traits_to_move(job, snap_.nodes[source]);
+  }
+
   uint32_t intern_user(uint32_t project, std::string_view user) {
     auto [it, added] = user_ids_.try_emplace({project, user}, static_cast<uint32_t>(users_.size()));
     if (added) users_.emplace_back(project, user);
@@ -139,8 +146,6 @@ class Cycle {
       info.project = intern_project(job.spec.project);
       info.user = intern_user(info.project, job.spec.user);
       info.shape = JobShape::of(job.spec);
-      if (pending) info.shape.node_traits = traits_to_resume_here(job);
-      info.shape_id = intern_shape(info.shape);
       info.submitted = job.status.submitted_at;
       info.deadline = job.spec.deadline;
       info.estimate = job.spec.estimated_duration.value_or(Duration{0});
@@ -152,9 +157,13 @@ class Cycle {
         info.movable = config_.max_migrations_per_cycle > 0 && info.checkpointable && job.status.placement.size() == 1 &&
                        (config_.migrate_gpu_jobs || info.shape.kind == model::SliceKind::kNone) &&
                        !job.status.migration && !job.status.cancel_requested && !moved_recently(job);
+        if (info.movable) info.shape.node_traits = traits_to_move_from(job);
+        info.shape_id = intern_shape(info.shape);
         account_running(j);
         ++result_.stats.running;
       } else {
+        info.shape.node_traits = traits_to_resume_here(job);
+        info.shape_id = intern_shape(info.shape);
         ++result_.stats.pending;
         pending_by_tier_.resize(config_.tiers.size());
         pending_by_tier_[info.tier].push_back(j);

@@ -19,6 +19,7 @@ bool WorkloadProfile::before(const Entry& a, const Entry& b) {
 void WorkloadProfile::add(const JobShape& shape, uint64_t jobs) {
   JobShape k = shape;
   k.memory_mib = 0;
+  k.node_traits = 0;  // what the workload asks of capacity, wherever it may go
   auto [it, added] = index_.try_emplace(k, entries_.size());
   if (added) entries_.push_back({k, 0});
   entries_[it->second].count += jobs;

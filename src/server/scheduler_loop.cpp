@@ -236,10 +236,11 @@ size_t SchedulerLoop::commit(const sched::CycleResult& result) {
                            {"checkpoint", p.checkpoint}, {"work_lost", format_duration(p.work_lost)}};
   }
   // Moves for room are asked of the agents as `cnlab migrate` asks them (the source freezes and
-  // dumps the job, the target restores it; see migrations.h). A move the cluster cannot carry out
-  // (a job holding GPUs off or onto a node that does not checkpoint GPU state; a target whose
-  // agent takes no migrations) is not asked for, and the job it was for is not bound: it waits for
-  // the next cycle.
+  // dumps the job, the target restores it; see migrations.h). The scheduler plans moves only onto
+  // targets that can take them (sched/node_traits.h); the targets are checked here again as a
+  // guard, with what the scheduler does not see of the job (still only Scheduled, being
+  // cancelled): a move that cannot be carried out is not asked for, and the job it was for is not
+  // bound: it waits for the next cycle.
   std::set<sched::JobIndex> not_moved;
   // A drain (sched/drain.h) moves every job off a node for power-down, for no waiting job; it is
   // worth its pauses only whole, so when one of a node's drain moves cannot be carried out (a job

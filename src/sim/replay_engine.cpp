@@ -79,7 +79,13 @@ class Engine {
         meter_(nodes.size(), start_, options.power_down_after) {
     snap_.nodes = nodes;
     snap_.usage = sched::UsageLedger(sched::PolicyConfig{}.fair_share_half_life);
-    for (model::Node& node : snap_.nodes) node.idle_since = start_;
+    for (model::Node& node : snap_.nodes) {
+      node.idle_since = start_;
+      // Every node's agent takes live migrations and restores GPU state, as the moves the replay
+      // prices assume (--migrations); a scheduler without moves never asks.
+      node.peer_address = node.meta.name + ":7443";
+      node.gpu_checkpoint = true;
+    }
     out_.policy = std::string(policy.name());
     out_.start = start_;
     out_.nodes = nodes.size();

@@ -1214,6 +1214,7 @@ TEST_F(GpuMigrationTest, APreemptedDumpHoldingGpuStateWaitsForANodeThatCanResume
   auto [code, described] = cnlab("describe " + id);
   EXPECT_THAT(described, HasSubstr("on a node with simulated GPUs and NVIDIA's cuda-checkpoint (to resume its checkpoint)"))
       << described;
+  EXPECT_THAT(described, HasSubstr("Checkpoint:  process (GPU state, simulated GPUs), ")) << described;
 
   call(*admin_, "POST", "/v1/jobs/" + urgent + "/cancel", 200);
   ASSERT_TRUE(eventually([&] { return placed_on(id) == "node-a" && last_tick(id) >= dumped_at + 5; }, 40s))

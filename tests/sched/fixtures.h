@@ -24,6 +24,9 @@ inline model::Node gpu_node(const std::string& name, std::string_view model_name
     node.gpus.push_back({i, name + "-gpu" + std::to_string(i), id, model::gpu_model(id).memory_mib, true, false, {}});
   }
   node.idle_since = t0() - kDay;
+  // Its agent takes live migrations and restores GPU state: every move the scheduler plans may land here.
+  node.peer_address = name + ":7443";
+  node.gpu_checkpoint = true;
   return node;
 }
 

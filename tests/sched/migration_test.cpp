@@ -77,6 +77,48 @@ TEST(Migration, JobsHoldingGpusMoveOnlyWhereTheConfigurationSaysGpuMemoryCanMove
   EXPECT_TRUE(run_cycle(split_nodes(), no_gpu_moves).migrations.empty());
 }
 
+// The server carries out a move only to a node whose agent takes migrations and, for a job holding
+// GPUs, restores their state onto GPUs of the kind it holds: the cycle plans no other.
+TEST(Migration, AJobMovesOnlyToANodeThatCanTakeItsMove) {
+  // The gang needs node a whole; "one" can make room only by moving to c's free GPU ("three" on c
+  // cannot be checkpointed, so c never empties).
+  auto cluster = [](model::Node c) {
+    return snapshot_of({gpu_node("a", "h100", 2), std::move(c)},
+                       {running_job("one", "h100", "a", {whole_gpu(0)}, kHour, {.checkpointable = true}),
+                        running_job("three", "h100", "c", {whole_gpu(0)}, kHour), pending_job("pair", "h100x2")});
+  };
+  CycleResult r = run_cycle(cluster(gpu_node("c", "h100", 2)), with_moves());
+  ASSERT_EQ(moved(r), std::vector<JobIndex>{0}) << r.reason_for(2);
+  EXPECT_EQ(r.migrations[0].to[0].node, 1u);
+  EXPECT_TRUE(placed(r, 2));
+
+  model::Node no_agent = gpu_node("c", "h100", 2);
+  no_agent.peer_address.clear();
+  model::Node no_tool = gpu_node("c", "h100", 2);
+  no_tool.gpu_checkpoint = false;
+  model::Node simulated = gpu_node("c", "h100", 2);
+  simulated.simulated = true;
+  for (const auto& [what, c] : {std::pair{"takes no migrations", no_agent}, std::pair{"restores no GPU state", no_tool},
+                                std::pair{"has simulated GPUs", simulated}}) {
+    SCOPED_TRACE(what);
+    r = run_cycle(cluster(c), with_moves());
+    EXPECT_TRUE(r.migrations.empty());
+    EXPECT_FALSE(placed(r, 2));
+  }
+  // A job holding no GPU needs only an agent that takes migrations.
+  model::Node host = gpu_node("host", "h100", 0);
+  host.gpu_checkpoint = false;
+  Snapshot s = snapshot_of({gpu_node("a", "h100", 2), host},
+                           {running_job("prep", "none", "a", {}, kHour, {.cpu_milli = 80000, .checkpointable = true}),
+                            running_job("hog", "none", "host", {}, kHour, {.cpu_milli = 40000}),
+                            pending_job("wide", "none", {.cpu_milli = 100000})});
+  r = run_cycle(s, with_moves());
+  ASSERT_EQ(moved(r), std::vector<JobIndex>{0}) << r.reason_for(2);
+  EXPECT_EQ(r.migrations[0].to[0].node, 1u);
+  s.nodes[1].peer_address.clear();
+  EXPECT_TRUE(run_cycle(s, with_moves()).migrations.empty());
+}
+
 int mig_profile(const model::Node& node, std::string_view name) {
   const auto& profiles = model::gpu_model(node.gpus.at(0).model).mig_profiles;
   for (size_t p = 0; p < profiles.size(); ++p) {

@@ -27,8 +27,9 @@ model::Job resuming(model::Job job, const std::string& gpus = "real", bool gpu_s
   return job;
 }
 
-model::Node restoring_gpu_state(model::Node node) {
-  node.gpu_checkpoint = true;
+// A node whose agent has no cuda-checkpoint (gpu_node's has one).
+model::Node plain(model::Node node) {
+  node.gpu_checkpoint = false;
   return node;
 }
 
@@ -45,7 +46,7 @@ NodeIndex node_of(const CycleResult& r, JobIndex job) {
 
 // Node "plain" already runs a job, so packing prefers it; only "able" restores GPU state.
 Snapshot plain_busy_able_empty(model::Job pending, const std::string& running_gpu = "h100") {
-  return snapshot_of({gpu_node("plain", "h100", 2), restoring_gpu_state(gpu_node("able", "h100", 2))},
+  return snapshot_of({plain(gpu_node("plain", "h100", 2)), gpu_node("able", "h100", 2)},
                      {running_job("other", running_gpu, "plain", {whole_gpu(0)}, kHour), std::move(pending)});
 }
 
@@ -65,11 +66,11 @@ TEST(Resume, ADumpHoldingGpuStateStartsOnlyOnANodeThatRestoresIt) {
 }
 
 TEST(Resume, AMigJobsDumpHoldingGpuStateTakesAnInstanceOnlyWhereItCanBeRestored) {
-  auto plain = gpu_node("plain", "h100", 1);
-  plain.gpus[0].mig_enabled = true;
-  plain.gpus[0].mig_instances = {{h100_profile("3g.40gb"), 0}};  // a free instance: the first choice
-  auto able = restoring_gpu_state(gpu_node("able", "h100", 1));
-  auto s = snapshot_of({plain, able}, {resuming(pending_job("resumed", "h100:3g.40gb", {.checkpointable = true}))});
+  auto plain_node = plain(gpu_node("plain", "h100", 1));
+  plain_node.gpus[0].mig_enabled = true;
+  plain_node.gpus[0].mig_instances = {{h100_profile("3g.40gb"), 0}};  // a free instance: the first choice
+  auto able = gpu_node("able", "h100", 1);
+  auto s = snapshot_of({plain_node, able}, {resuming(pending_job("resumed", "h100:3g.40gb", {.checkpointable = true}))});
   auto r = run_cycle(s, {});
   EXPECT_EQ(node_of(r, 0), 1u) << r.reason_for(0);
   s.jobs[0].status.checkpoint.reset();
@@ -77,8 +78,8 @@ TEST(Resume, AMigJobsDumpHoldingGpuStateTakesAnInstanceOnlyWhereItCanBeRestored)
 }
 
 TEST(Resume, AGangsDumpSpansOnlyNodesThatRestoreItsGpuState) {
-  auto s = snapshot_of({gpu_node("plain", "h100", 2), restoring_gpu_state(gpu_node("able-1", "h100", 2)),
-                        restoring_gpu_state(gpu_node("able-2", "h100", 2))},
+  auto s = snapshot_of({plain(gpu_node("plain", "h100", 2)), gpu_node("able-1", "h100", 2),
+                        gpu_node("able-2", "h100", 2)},
                        {resuming(pending_job("gang", "h100x4", {.checkpointable = true}))});
   auto r = run_cycle(s, {});
   const Placement* p = placement_of(r, 0);
@@ -88,7 +89,7 @@ TEST(Resume, AGangsDumpSpansOnlyNodesThatRestoreItsGpuState) {
 }
 
 TEST(Resume, ItWaitsForRoomOnANodeThatRestoresItsGpuStateAndSaysSo) {
-  auto s = snapshot_of({gpu_node("plain", "h100", 2), restoring_gpu_state(gpu_node("able", "h100", 1))},
+  auto s = snapshot_of({plain(gpu_node("plain", "h100", 2)), gpu_node("able", "h100", 1)},
                        {running_job("holder", "h100", "able", {whole_gpu(0)}, 5 * kMinute),
                         resuming(pending_job("resumed", "h100", {.checkpointable = true}))});
   auto r = run_cycle(s, {});
@@ -108,7 +109,7 @@ TEST(Resume, APreemptionForItTakesItsRoomOnANodeThatRestoresItsGpuState) {
   std::vector<model::Job> jobs;
   for (int i = 0; i < 10; ++i) {
     const std::string name = "n" + std::to_string(i);
-    nodes.push_back(i < 9 ? gpu_node(name, "h100", 1) : restoring_gpu_state(gpu_node(name, "h100", 1)));
+    nodes.push_back(i < 9 ? plain(gpu_node(name, "h100", 1)) : gpu_node(name, "h100", 1));
     jobs.push_back(running_job("opp-" + name, "h100", name, {whole_gpu(0)}, (i < 9 ? 20 : 300) * kMinute,
                                {.priority_class = "opportunistic"}));
   }
@@ -135,9 +136,9 @@ TEST(Resume, ASimulatedGpusDumpStartsOnSimulatedGpusAndARealOnesOnRealOnes) {
 }
 
 TEST(Resume, WhereEveryNodeThatCouldRestoreItIsLostItStartsAnywhere) {
-  auto able = restoring_gpu_state(gpu_node("able", "h100", 1));
+  auto able = gpu_node("able", "h100", 1);
   able.phase = model::NodePhase::kLost;
-  auto s = snapshot_of({gpu_node("plain", "h100", 1), able}, {resuming(pending_job("resumed", "h100", {.checkpointable = true}))});
+  auto s = snapshot_of({plain(gpu_node("plain", "h100", 1)), able}, {resuming(pending_job("resumed", "h100", {.checkpointable = true}))});
   EXPECT_EQ(node_of(run_cycle(s, {}), 0), 0u) << "it starts again from the beginning rather than wait for good";
   // A node that is only NotReady (an agent restarting) is waited for.
   s.nodes[1].phase = model::NodePhase::kNotReady;
