@@ -105,6 +105,17 @@ TEST(Migration, AJobMovesOnlyToANodeThatCanTakeItsMove) {
     EXPECT_TRUE(r.migrations.empty());
     EXPECT_FALSE(placed(r, 2));
   }
+  // A production job for which no move can be carried out pre-empts instead (a move planned there
+  // would be refused by the server, cycle after cycle, and pre-emption never tried).
+  Snapshot urgent = cluster(no_agent);
+  urgent.jobs[0].spec.priority_class = "opportunistic";
+  urgent.jobs[2].spec.priority_class = "production";
+  r = run_cycle(urgent, with_moves());
+  EXPECT_TRUE(r.migrations.empty());
+  ASSERT_EQ(r.preemptions.size(), 1u) << r.reason_for(2);
+  EXPECT_EQ(r.preemptions[0].victim, 0u);
+  EXPECT_TRUE(placed(r, 2));
+
   // A job holding no GPU needs only an agent that takes migrations.
   model::Node host = gpu_node("host", "h100", 0);
   host.gpu_checkpoint = false;
