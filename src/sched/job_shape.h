@@ -16,7 +16,7 @@ struct JobShape {
   int mig_profile = -1;
   int64_t vram_mib = -1;  // -1: the blocks' share of the partition's memory
   int64_t cpu_milli = 0, memory_mib = 0;  // host resources for the whole job
-  NodeTraits node_traits = 0;  // what every node it goes on must have (a resume's needs)
+  NodeTraits node_traits = 0;  // what every node it goes on must have: a resume's needs, or a mover's target's
 
   static JobShape of(const model::JobSpec& spec) {
     JobShape s;

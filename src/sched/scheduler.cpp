@@ -114,11 +114,15 @@ class Cycle {
     return (*traits_present_)[wanted] ? wanted : 0;
   }
 
-  // What a movable job's target must have (its one node is where it runs now): a move's search then
-  // meets only targets the server carries a move out to.
-  NodeTraits traits_to_move_from(const model::Job& job) const {
+  // What the target of a move of `job` off its one node must have, so that a move's search meets
+  // only targets the server carries a move out to; nullopt when the node it runs on could not dump
+  // it for a move (it lacks what a target needs: a working CRIU, or for GPUs cuda-checkpoint).
+  std::optional<NodeTraits> traits_to_move_from(const model::Job& job) const {
     const uint32_t source = state_.find_node(job.status.placement.front().node);
-    return source == kNone ? 0 : traits_to_move(job, snap_.nodes[source]);
+    if (source == kNone) return std::nullopt;
+    const NodeTraits needs = traits_to_move(job, snap_.nodes[source]);
+    if (!has_traits(state_.node(source).traits, needs)) return std::nullopt;
+    return needs;
   }
 
   uint32_t intern_user(uint32_t project, std::string_view user) {
@@ -157,7 +161,11 @@ class Cycle {
         info.movable = config_.max_migrations_per_cycle > 0 && info.checkpointable && job.status.placement.size() == 1 &&
                        (config_.migrate_gpu_jobs || info.shape.kind == model::SliceKind::kNone) &&
                        !job.status.migration && !job.status.cancel_requested && !moved_recently(job);
-        if (info.movable) info.shape.node_traits = traits_to_move_from(job);
+        if (info.movable) {
+          const std::optional<NodeTraits> needs = traits_to_move_from(job);
+          info.movable = needs.has_value();
+          info.shape.node_traits = needs.value_or(0);
+        }
         info.shape_id = intern_shape(info.shape);
         account_running(j);
         ++result_.stats.running;

@@ -105,6 +105,17 @@ TEST(Migration, AJobMovesOnlyToANodeThatCanTakeItsMove) {
     EXPECT_TRUE(r.migrations.empty());
     EXPECT_FALSE(placed(r, 2));
   }
+  // Nor does a job move off a node that cannot dump it for a move: no working CRIU there (no peer
+  // endpoint), or for a job holding GPUs, no cuda-checkpoint.
+  for (const char* what : {"takes no migrations", "restores no GPU state"}) {
+    SCOPED_TRACE(std::string("source ") + what);
+    Snapshot s = cluster(gpu_node("c", "h100", 2));
+    if (what[0] == 't') s.nodes[0].peer_address.clear(); else s.nodes[0].gpu_checkpoint = false;
+    r = run_cycle(s, with_moves());
+    EXPECT_TRUE(r.migrations.empty());
+    EXPECT_FALSE(placed(r, 2));
+  }
+
   // A production job for which no move can be carried out pre-empts instead (a move planned there
   // would be refused by the server, cycle after cycle, and pre-emption never tried).
   Snapshot urgent = cluster(no_agent);
