@@ -34,6 +34,7 @@ namespace {
 constexpr size_t kMaxLinesPerPost = 5000;
 constexpr size_t kMaxBytesPerPost = 512 << 10;  // well under the server's 1 MiB JSON body limit
 constexpr size_t kMaxMessageBytes = 1000;
+constexpr auto kMemoryCheckEvery = std::chrono::seconds(10);  // see report_memory
 
 const char* stop_reason_name(JobRunner::StopReason reason) {
   switch (reason) {
@@ -650,6 +651,7 @@ void JobRunner::supervise() {
         checkpoint_on_request();
       }
       if (save_watch_) upload_when_saved();
+      report_memory();
     }
     if (reader && !ship_logs(*reader, false)) request_stop(StopReason::kGone);
     if (pulling_pages_ && fs::exists(dir_ / "process" / "images" / kPagesNotPulledFile)) {
@@ -670,6 +672,20 @@ void JobRunner::supervise() {
       pause(100ms);
     }
   }
+}
+
+void JobRunner::report_memory() {
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_memory_check_) return;
+  next_memory_check_ = now + kMemoryCheckEvery;
+  auto bytes = handle_->memory_bytes();
+  if (!bytes) return;
+  const int64_t mib = *bytes >> 20;
+  const int64_t step = std::max<int64_t>(64, reported_memory_mib_ / 10);
+  if (reported_memory_mib_ >= 0 && std::llabs(mib - reported_memory_mib_) < step) return;
+  // One try: the next check tries again, with what the job holds then.
+  const Json body = {{"phase", "Running"}, {"memory_used_mib", mib}};
+  if (api_.call("PUT", "/v1/jobs/" + job_id_ + "/status", body.dump())) reported_memory_mib_ = mib;
 }
 
 bool JobRunner::ship_logs(OutputReader& reader, bool until_end) {

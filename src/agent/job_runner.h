@@ -210,6 +210,10 @@ class JobRunner {
   // A checkpoint was requested: a process one (the job frozen meanwhile), or SIGUSR1 to a job
   // that saves its own.
   void checkpoint_on_request();
+  // Measures the host memory the job's processes hold (JobHandle::memory_bytes) every
+  // kMemoryCheckEvery and reports it (memory_used_mib) when it changed by a tenth or 64 MiB,
+  // whichever is more, since the last report: what the scheduler prices a move of the job by.
+  void report_memory();
   // A requested checkpoint that was not taken: noted in the job's log, and a CheckpointFailed
   // event on the server (what `cnlab checkpoint` waits for besides a Checkpointed one).
   void checkpoint_not_taken(const std::string& why);
@@ -281,6 +285,8 @@ class JobRunner {
   // prepare_restore: the tenant region a dump with libcnlab-vgpu.so attached carried ("" none).
   std::filesystem::path vgpu_tenant_to_restore_;
   std::optional<Time> handled_checkpoint_request_;
+  std::chrono::steady_clock::time_point next_memory_check_{};
+  int64_t reported_memory_mib_ = -1;  // -1: none reported by this runner yet
   // After SIGUSR1 on a request: the job's own save, uploaded once it is done (upload_when_saved).
   std::optional<SaveWatch> save_watch_;
   std::optional<Time> handled_migration_;      // the requested_at of the latest migration acted on

@@ -88,6 +88,7 @@ Json status_to_json(const JobStatus& status) {
   if (status.started_at) j["started_at"] = format_rfc3339(*status.started_at);
   if (status.last_checkpoint_at) j["last_checkpoint_at"] = format_rfc3339(*status.last_checkpoint_at);
   if (status.gpu_active_at) j["gpu_active_at"] = format_rfc3339(*status.gpu_active_at);
+  if (status.memory_used_mib > 0) j["memory_used_mib"] = status.memory_used_mib;
   if (!status.placement.empty()) {
     Json nodes = Json::array();
     for (const auto& binding : status.placement) nodes.push_back({{"node", binding.node}, {"gpus", gpus_to_json(binding.gpus)}});
@@ -304,7 +305,7 @@ CheckpointRef read_checkpoint(const Json& json, const std::string& path, JsonRea
 }
 
 JobStatus read_status(JsonReader& r) {
-  r.only({"phase", "submitted_at", "started_at", "last_checkpoint_at", "gpu_active_at", "placement", "succeeded_nodes", "message",
+  r.only({"phase", "submitted_at", "started_at", "last_checkpoint_at", "gpu_active_at", "memory_used_mib", "placement", "succeeded_nodes", "message",
           "finished_at", "exit_code", "signal", "events", "waiting_reason", "cancel_requested", "attempts",
           "attempt_nodes", "checkpoint", "older_checkpoints", "checkpoint_requested_at", "migration",
           "awaiting_release"});
@@ -314,6 +315,7 @@ JobStatus read_status(JsonReader& r) {
   status.started_at = r.time("started_at");
   status.last_checkpoint_at = r.time("last_checkpoint_at");
   status.gpu_active_at = r.time("gpu_active_at");
+  status.memory_used_mib = r.integer_or("memory_used_mib", 0, 0, kMaxMemoryUsedMib);
   if (const Json* placement = r.array("placement")) status.placement = read_placement(*placement, r.path_of("placement"), r);
   if (const Json* succeeded = r.array("succeeded_nodes")) {
     status.succeeded_nodes = read_node_names(*succeeded, r.path_of("succeeded_nodes"), r);

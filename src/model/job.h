@@ -123,6 +123,7 @@ inline constexpr size_t kMaxCommandArgBytes = 4096;
 inline constexpr size_t kMaxEnvEntries = 512;
 inline constexpr size_t kMaxEnvValueBytes = 32 * 1024;
 inline constexpr size_t kMaxWorkingDirBytes = 4096;
+inline constexpr int64_t kMaxMemoryUsedMib = int64_t{1} << 30;  // 1 EiB: any host's memory, as reported
 
 // The job's name is metadata.name.
 struct JobSpec {
@@ -208,6 +209,10 @@ struct JobStatus {
   // When its processes last used the GPU (launches or copies), as its node's agent reported; the
   // server reclaims slices idle past their class's limit. Absent: not since it started.
   std::optional<Time> gpu_active_at;
+  // The host memory its processes held (what a dump of them copies), as its node's agent last
+  // measured it; 0 before any report. The scheduler prices a move of the job by the larger of this
+  // and spec.memory_mib.
+  int64_t memory_used_mib = 0;
   std::vector<NodeBinding> placement;  // the node/GPU bindings; set while Scheduled or Running
   // The members of a multi-node (gang) placement whose agents reported Succeeded, in report order.
   // The job ends Succeeded when every node of the placement is here; cleared with the placement.

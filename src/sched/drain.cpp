@@ -108,7 +108,7 @@ std::optional<Drain> DrainSelector::verify(ClusterState& state, const PlacementS
   for (uint32_t a : movers) {
     const JobIndex job = state.allocation(a).job;
     const JobShape& shape = jobs_[job].shape;
-    const auto pause = config_.migration_pause(shape.memory_mib);
+    const auto pause = config_.migration_pause(jobs_[job].memory_to_copy_mib);
     const Time end = end_after_pause(state.allocation(a).end, pause);
     // First the nodes busy at least as long as the job anyway (gathering long work keeps no node on
     // longer), then the others; fullest first inside each, so the cluster stays packed.

@@ -27,6 +27,9 @@ struct JobInfo {
   // on one node, holding no MIG instance (nor GPUs, unless PolicyConfig::migrate_gpu_jobs), not
   // migrating or being cancelled now, not moved within the cooldown.
   bool movable = false;
+  // What a move of a running job copies: the larger of its request and the memory its agent last
+  // measured its processes to hold (model::JobStatus::memory_used_mib). Its pause is priced by it.
+  int64_t memory_to_copy_mib = 0;
   bool moved = false;  // moved in this cycle: no victim of a pre-emption in it
 
   // The latest start that still meets the deadline; nullopt without a deadline or an estimate.

@@ -22,7 +22,7 @@ struct Ranked {
 int64_t MoveSelector::cost(const JobInfo& job) const {
   const int below = static_cast<int>(config_.tiers.size()) - 1 - job.tier;
   const int64_t weight = int64_t{1} << std::clamp(below, 0, 20);
-  return config_.migration_pause(job.shape.memory_mib).count() * weight;
+  return config_.migration_pause(job.memory_to_copy_mib).count() * weight;
 }
 
 std::optional<MoveSet> MoveSelector::choose(ClusterState& state, const PlacementSearch& search, const JobShape& shape,
@@ -123,7 +123,7 @@ std::optional<MoveSet> MoveSelector::verify(ClusterState& state, const Placement
   bool placed_all = true;
   for (uint32_t a : needed) {
     const JobIndex job = state.allocation(a).job;
-    const auto pause = config_.migration_pause(jobs_[job].shape.memory_mib);
+    const auto pause = config_.migration_pause(jobs_[job].memory_to_copy_mib);
     const Time job_end = end_after_pause(state.allocation(a).end, pause);
     auto to = search.find(jobs_[job].shape, now_, job_end);
     if (!to || !mover_may_take(*to)) {

@@ -161,6 +161,7 @@ class Cycle {
         info.movable = config_.max_migrations_per_cycle > 0 && info.checkpointable && job.status.placement.size() == 1 &&
                        (config_.migrate_gpu_jobs || info.shape.kind == model::SliceKind::kNone) &&
                        !job.status.migration && !job.status.cancel_requested && !moved_recently(job);
+        info.memory_to_copy_mib = std::max(job.spec.memory_mib, job.status.memory_used_mib);
         if (info.movable) {
           const std::optional<NodeTraits> needs = traits_to_move_from(job);
           info.movable = needs.has_value();

@@ -552,8 +552,8 @@ net::Response Api::report_job_status(const Call& call) {
   auto body = parse_body(call.request);
   if (!body) return error_response(body.error());
   JsonReader r(*body, "");
-  r.only({"phase", "exit_code", "signal", "message", "checkpoint_at", "gpu_active_at", "memory_event", "move_requested",
-          "holding_mib", "migration_failed", "migration_handed_over", "migration_progress", "requeue", "checkpoint_failed"});
+  r.only({"phase", "exit_code", "signal", "message", "checkpoint_at", "gpu_active_at", "memory_used_mib", "memory_event",
+          "move_requested", "holding_mib", "migration_failed", "migration_handed_over", "migration_progress", "requeue", "checkpoint_failed"});
   std::string phase = r.string("phase");
   int64_t exit_code = r.integer_or("exit_code", -1, -1, 255);
   int64_t signal = r.integer_or("signal", 0, 0, 127);
@@ -562,6 +562,8 @@ net::Response Api::report_job_status(const Call& call) {
   // The vGPU side of a running job (Running reports only): when its processes last used the GPU,
   // a change the agent made to its VRAM limit, and a request to move it off a GPU short of memory.
   auto gpu_active_at = r.time("gpu_active_at");
+  // The host memory its processes hold now, as the agent measured it (what a dump would copy).
+  const int64_t memory_used_mib = r.integer_or("memory_used_mib", -1, 0, model::kMaxMemoryUsedMib);
   std::string memory_event = r.string_or("memory_event", "");
   std::string move_requested = r.string_or("move_requested", "");
   // With a move request: what the job holds on each of its GPUs (MiB, in its binding's order).
@@ -616,10 +618,12 @@ net::Response Api::report_job_status(const Call& call) {
     handed_over = std::move(move);
   }
   if (!r.status()) return error_response(r.status().error());
-  if ((gpu_active_at || !memory_event.empty() || !move_requested.empty() || !checkpoint_failed.empty()) &&
+  if ((gpu_active_at || memory_used_mib >= 0 || !memory_event.empty() || !move_requested.empty() ||
+       !checkpoint_failed.empty()) &&
       phase != "Running") {
     return error_response(Error::invalid_argument(
-        "phase", phase, "gpu_active_at, memory_event, move_requested and checkpoint_failed come with Running"));
+        "phase", phase,
+        "gpu_active_at, memory_used_mib, memory_event, move_requested and checkpoint_failed come with Running"));
   }
   if (!holding_mib.empty()) {
     const auto& placement = cached->object->status.placement;
@@ -726,6 +730,10 @@ net::Response Api::report_job_status(const Call& call) {
           bool changed = checkpoint_at.has_value();
           if (gpu_active_at && (!job.status.gpu_active_at || *gpu_active_at > *job.status.gpu_active_at)) {
             job.status.gpu_active_at = std::min(*gpu_active_at, call.now);  // never in the future
+            changed = true;
+          }
+          if (memory_used_mib >= 0 && memory_used_mib != job.status.memory_used_mib) {
+            job.status.memory_used_mib = memory_used_mib;
             changed = true;
           }
           if (!memory_event.empty()) {

@@ -358,6 +358,9 @@ TEST_F(LargeMigrationTest, AJobHoldingMoreThanAGibibyteMigratesWithItsMemoryInta
   }
   ASSERT_TRUE(has_event(id, "Migrated")) << events(id) << agents_[0]->log() << agents_[1]->log();
   EXPECT_EQ(placed_on(id), "node-b");
+  // Its agents measure what a dump of it copies and say so: the scheduler prices its moves by that.
+  EXPECT_TRUE(eventually([&] { return get_job(*admin_, id)["status"].value("memory_used_mib", 0) >= mib; }, 15s))
+      << get_job(*admin_, id)["status"].dump();
   record_pause(id);
   Json ended = wait_for_end(id, 300s);
   ASSERT_EQ(ended["status"]["phase"], "Succeeded") << ended.dump() << agents_[1]->log();

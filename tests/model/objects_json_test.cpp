@@ -306,6 +306,19 @@ TEST(JobJson, WhatAProcessCheckpointHeldOnItsGpusRoundTripsAndIsOmittedWhenNothi
   EXPECT_EQ(job_from_json(j).error().field, "status.checkpoint.gpu_state");
 }
 
+TEST(JobJson, TheMemoryAJobWasMeasuredToHoldRoundTripsAndIsOmittedBeforeAnyReport) {
+  Job job = running_job();
+  EXPECT_FALSE(to_json(job)["status"].contains("memory_used_mib"));
+  job.status.memory_used_mib = 6144;
+  Json j = to_json(job);
+  EXPECT_EQ(j["status"]["memory_used_mib"], 6144);
+  auto back = job_from_json(j);
+  ASSERT_TRUE(back) << back.error().to_string();
+  EXPECT_EQ(*back, job);
+  j["status"]["memory_used_mib"] = -1;
+  EXPECT_EQ(job_from_json(j).error().field, "status.memory_used_mib");
+}
+
 TEST(JobJson, SucceededNodesMustBeAnArrayOfNodeNames) {
   Json j = to_json(running_job());
   j["status"]["succeeded_nodes"] = "gpu-1";

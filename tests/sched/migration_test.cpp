@@ -303,6 +303,17 @@ TEST(Migration, TheCheapestMoveWinsLowerTiersAndLessMemoryFirst) {
   CycleResult r = run_cycle(s, with_moves());
   ASSERT_EQ(moved(r), std::vector<JobIndex>{0});
   EXPECT_EQ(r.migrations[0].pause, std::chrono::milliseconds(1000 + 4400 * 4));
+  // What a move copies is what the job's processes hold, when its agent measured more than it
+  // asked for: the first job, asking 4 GiB, holds 80 GiB, and the second is now the cheaper one.
+  s.jobs[0].status.memory_used_mib = 80 * 1024;
+  r = run_cycle(s, with_moves());
+  ASSERT_EQ(moved(r), std::vector<JobIndex>{1});
+  EXPECT_EQ(r.migrations[0].pause, std::chrono::milliseconds(1000 + 4400 * 64));
+  // Less than it asked for: the request stands.
+  s.jobs[0].status.memory_used_mib = 1024;
+  r = run_cycle(s, with_moves());
+  ASSERT_EQ(moved(r), std::vector<JobIndex>{0});
+  EXPECT_EQ(r.migrations[0].pause, std::chrono::milliseconds(1000 + 4400 * 4));
 }
 
 // Three nodes of four GPUs, each with two one-GPU jobs: a four-GPU job needs two moves.

@@ -277,6 +277,30 @@ TEST_F(MigrateApiTest, AnAgentSaysWhyACheckpointWasNotTakenAndTheJobRunsOn) {
   EXPECT_EQ(metric("cnlab_checkpoints_total{outcome=\"not_taken\"}"), 1);
 }
 
+// What the agent measured the job's processes to hold: stored for the scheduler, which prices a move
+// by it when it is more than the job asked for.
+TEST_F(MigrateApiTest, AnAgentReportsTheMemoryTheJobHoldsAndOnlyWhileItRuns) {
+  std::string id = running_job(1000);
+  const std::string path = "/v1/jobs/" + id + "/status";
+  EXPECT_FALSE(get_job(*admin_, id)["status"].contains("memory_used_mib"));
+  Json job = call(*source_, "PUT", path, 200, {{"phase", "Running"}, {"memory_used_mib", 6144}});
+  EXPECT_EQ(job["status"]["memory_used_mib"], 6144);
+  EXPECT_EQ(job["status"]["phase"], "Running");
+  EXPECT_EQ(get_job(*admin_, id)["status"]["memory_used_mib"], 6144);
+  call(*source_, "PUT", path, 200, {{"phase", "Running"}, {"memory_used_mib", 5000}});
+  EXPECT_EQ(get_job(*admin_, id)["status"]["memory_used_mib"], 5000) << "the latest measure, smaller or not";
+
+  for (const Json& bad : {Json(-1), Json("6Gi"), Json(int64_t{1} << 40)}) {
+    Json refused = call(*source_, "PUT", path, 400, {{"phase", "Running"}, {"memory_used_mib", bad}});
+    EXPECT_EQ(refused["error"]["field"], "memory_used_mib") << bad.dump();
+  }
+  Json wrong_phase = call(*source_, "PUT", path, 400, {{"phase", "Succeeded"}, {"memory_used_mib", 10}});
+  EXPECT_EQ(wrong_phase["error"]["field"], "phase") << wrong_phase.dump();
+  auto other = server_->client(register_peer("gpu-2"));
+  call(*other, "PUT", path, 404, {{"phase", "Running"}, {"memory_used_mib", 1}});
+  EXPECT_EQ(get_job(*admin_, id)["status"]["memory_used_mib"], 5000);
+}
+
 // The vGPU memory controller's request to move a job off a GPU short of memory (the agent's
 // `move_requested`): a live move where another node can take the job, the queue where none can,
 // and nothing more while the job is already moving.

@@ -645,6 +645,23 @@ bool signal_if_caught(pid_t pid, pid_t parent, int sig) {
 
 }  // namespace
 
+Result<int64_t> JobHandle::memory_bytes() const {
+  const JobRecord& record = *record_;
+  if (status_of(record).state != JobState::kRunning || record.job_pid <= 0) {
+    return Error::failed_precondition("job " + record.job_id + " is not running");
+  }
+  int64_t kib = 0;
+  for (pid_t pid : tree_of(record.job_pid)) {
+    const auto status = cgroups::read_file(fmt::format("/proc/{}/status", pid));
+    if (!status) continue;  // gone meanwhile
+    for (std::string_view field : {"\nRssAnon:", "\nRssShmem:"}) {
+      const size_t at = status->find(field);
+      if (at != std::string::npos) kib += std::strtoll(status->c_str() + at + field.size(), nullptr, 10);
+    }
+  }
+  return kib * 1024;
+}
+
 // The outermost processes of the job that catch SIGUSR1, so that a wrapper (`sh run.sh`) does not
 // keep the signal from the program it starts, and a program's own workers (forked with its
 // handler) do not save a second time. SIGUSR1's default action ends a process: one without a

@@ -217,6 +217,10 @@ class JobHandle {
   // never to one without (the default action would end it). Failed precondition where no process
   // handles it, or the job has ended.
   Status send_checkpoint_signal() const;
+  // The memory a dump of the job would copy now: its processes' anonymous and shared memory
+  // resident in RAM (RssAnon + RssShmem of each process of its tree; shared pages count once per
+  // process that maps them). Failed precondition once the job has ended.
+  Result<int64_t> memory_bytes() const;
 
   // Dumps the job's whole process tree (its PID namespace: memory, threads, signals, open files
   // and their offsets, pipes, its mount, IPC and UTS namespaces) into `images` (created; must not

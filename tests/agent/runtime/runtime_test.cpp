@@ -148,6 +148,30 @@ TEST_F(RuntimeTest, CheckpointSignalReachesTheJobsHandler) {
   EXPECT_EQ(job.status().exit_code, 0);
 }
 
+TEST_F(RuntimeTest, MemoryBytesCountsWhatTheJobsTreeHoldsAndIsRefusedOnceItEnded) {
+  // A child holding 96 MiB and its parent 32 MiB, both written (so resident), then waiting.
+  ProcessSpec spec = shell_job(job_dir(), "");
+  spec.argv = {"python3", "-c",
+               "import os, time\n"
+               "held = bytearray(os.urandom(1)) * (32 << 20)\n"
+               "if os.fork() == 0:\n"
+               "    more = bytearray(b'x') * (96 << 20)\n"
+               "    print('child ready', flush=True)\n"
+               "    time.sleep(30)\n"
+               "    os._exit(0)\n"
+               "time.sleep(30)\n"};
+  auto job = start(spec);
+  auto reader = OutputReader::open(job.output_path());
+  ASSERT_TRUE(reader);
+  ASSERT_THAT(texts(read_until_text(*reader, "child ready")), ElementsAre("child ready"));
+  auto bytes = job.memory_bytes();
+  ASSERT_TRUE(bytes) << bytes.error().to_string();
+  EXPECT_GE(*bytes, int64_t{128} << 20) << "the parent's 32 MiB and the child's 96 MiB";
+  EXPECT_LT(*bytes, int64_t{512} << 20) << "no more than the tree holds";
+  ASSERT_TRUE(job.stop(0ms));
+  EXPECT_FALSE(job.memory_bytes());
+}
+
 TEST_F(RuntimeTest, CheckpointSignalGoesPastAWrapperToTheProgramThatHandlesItAndNotToItsWorkers) {
   expect_checkpoint_signal_passes_the_wrapper(start(checkpoint_signal_job(job_dir())));
 }
