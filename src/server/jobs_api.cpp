@@ -684,6 +684,9 @@ net::Response Api::report_job_status(const Call& call) {
           job.status.last_checkpoint_at = *checkpoint_at;
           job.status.events.push_back(event(model::JobEventType::kCheckpointed, call.now, message));
         }
+        // A measurement is no start: one that reaches a job bound here again before its old copy
+        // stopped (requeued meanwhile) changes nothing.
+        if (memory_used_mib >= 0 && job.status.phase != model::JobPhase::kRunning) return checkpoint_at.has_value();
         const bool migration_target = job.status.migration && !job.status.migration->from.empty() &&
                                       job.status.phase == model::JobPhase::kScheduled;
         if (migration_target && to->second != model::JobPhase::kRunning) {

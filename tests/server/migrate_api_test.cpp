@@ -299,6 +299,15 @@ TEST_F(MigrateApiTest, AnAgentReportsTheMemoryTheJobHoldsAndOnlyWhileItRuns) {
   auto other = server_->client(register_peer("gpu-2"));
   call(*other, "PUT", path, 404, {{"phase", "Running"}, {"memory_used_mib", 1}});
   EXPECT_EQ(get_job(*admin_, id)["status"]["memory_used_mib"], 5000);
+
+  // A measurement is no start: on a job bound but not yet reported Running, it changes nothing.
+  Json body = job_body("default", "none", {"sleep", "100"});
+  body["spec"]["cpu_milli"] = 1000;
+  std::string bound = call(*admin_, "POST", "/v1/jobs", 201, body)["metadata"]["name"];
+  ASSERT_TRUE(wait_for_phase(*admin_, bound, "Scheduled"));
+  Json unchanged = call(*source_, "PUT", "/v1/jobs/" + bound + "/status", 200, {{"phase", "Running"}, {"memory_used_mib", 700}});
+  EXPECT_EQ(unchanged["status"]["phase"], "Scheduled") << unchanged.dump();
+  EXPECT_FALSE(unchanged["status"].contains("memory_used_mib"));
 }
 
 // The vGPU memory controller's request to move a job off a GPU short of memory (the agent's
