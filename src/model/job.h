@@ -123,7 +123,7 @@ inline constexpr size_t kMaxCommandArgBytes = 4096;
 inline constexpr size_t kMaxEnvEntries = 512;
 inline constexpr size_t kMaxEnvValueBytes = 32 * 1024;
 inline constexpr size_t kMaxWorkingDirBytes = 4096;
-inline constexpr int64_t kMaxMemoryUsedMib = int64_t{1} << 30;  // 1 EiB: any host's memory, as reported
+inline constexpr int64_t kMaxMemoryUsedMib = int64_t{1} << 30;  // 1 PiB: any host's memory, as reported
 
 // The job's name is metadata.name.
 struct JobSpec {
