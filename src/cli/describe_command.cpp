@@ -126,6 +126,10 @@ void run_describe(const ClientFlags& flags, const DescribeArgs& args) {
   line("GPU:", gpu);
   std::string host = std::to_string(spec.value("cpu_milli", 0)) + "m CPU, " +
                      format_bytes(spec.value("memory_mib", int64_t{0}) * 1024 * 1024) + " memory";
+  // What its agent last measured its processes to hold (what a move copies), while it runs.
+  if (const int64_t used = status.value("memory_used_mib", int64_t{0}); used > 0 && phase == "Running") {
+    host += " (its processes hold " + format_bytes(used * 1024 * 1024) + ")";
+  }
   line("Host:", host);
   line("Priority:", spec.value("priority_class", ""));
   line("Command:", join_command(spec.contains("command") ? spec["command"] : Json()));

@@ -361,6 +361,10 @@ TEST_F(LargeMigrationTest, AJobHoldingMoreThanAGibibyteMigratesWithItsMemoryInta
   // Its agents measure what a dump of it copies and say so: the scheduler prices its moves by that.
   EXPECT_TRUE(eventually([&] { return get_job(*admin_, id)["status"].value("memory_used_mib", 0) >= mib; }, 15s))
       << get_job(*admin_, id)["status"].dump();
+  auto [described_code, described] = cnlab("describe " + id);
+  EXPECT_EQ(described_code, 0) << described;
+  EXPECT_THAT(described, ::testing::ContainsRegex("Host: +1000m CPU, [0-9.]+ [MG]iB memory \\(its processes hold [0-9.]+ [MG]iB\\)"))
+      << described;
   record_pause(id);
   Json ended = wait_for_end(id, 300s);
   ASSERT_EQ(ended["status"]["phase"], "Succeeded") << ended.dump() << agents_[1]->log();
