@@ -494,6 +494,8 @@ HostShare host_share(const JobSpec& spec, const std::vector<NodeBinding>& placem
   return {part(spec.cpu_milli), part(spec.memory_mib)};
 }
 
+int64_t memory_to_move_mib(const Job& job) { return std::max(job.spec.memory_mib, job.status.memory_used_mib); }
+
 bool bound_to(const Job& job, std::string_view node) {
   return std::any_of(job.status.placement.begin(), job.status.placement.end(),
                      [&](const NodeBinding& binding) { return binding.node == node; });

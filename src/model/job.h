@@ -210,8 +210,8 @@ struct JobStatus {
   // server reclaims slices idle past their class's limit. Absent: not since it started.
   std::optional<Time> gpu_active_at;
   // The host memory its processes held (what a dump of them copies), as its node's agent last
-  // measured it; 0 before any report. The scheduler prices a move of the job by the larger of this
-  // and spec.memory_mib.
+  // measured it; 0 before any report. A move of the job is priced by, and needs room on its
+  // target for, the larger of this and spec.memory_mib (memory_to_move_mib).
   int64_t memory_used_mib = 0;
   std::vector<NodeBinding> placement;  // the node/GPU bindings; set while Scheduled or Running
   // The members of a multi-node (gang) placement whose agents reported Succeeded, in report order.
@@ -256,6 +256,10 @@ struct HostShare {
   int64_t memory_mib = 0;
 };
 HostShare host_share(const JobSpec& spec, const std::vector<NodeBinding>& placement, std::string_view node);
+// What a live move of a running job copies, and so the memory its target must have free: the larger
+// of its request and what its agent last measured its processes to hold (a job that asked for no
+// memory, and so has no limit, may hold gigabytes).
+int64_t memory_to_move_mib(const Job& job);
 
 // Whether a binding of the job's placement is on `node` (whatever its phase).
 bool bound_to(const Job& job, std::string_view node);

@@ -107,7 +107,7 @@ std::optional<Drain> DrainSelector::verify(ClusterState& state, const PlacementS
   std::vector<size_t> order(targets.size());
   for (uint32_t a : movers) {
     const JobIndex job = state.allocation(a).job;
-    const JobShape& shape = jobs_[job].shape;
+    const JobShape shape = jobs_[job].shape_to_move();
     const auto pause = config_.migration_pause(jobs_[job].memory_to_copy_mib);
     const Time end = end_after_pause(state.allocation(a).end, pause);
     // First the nodes busy at least as long as the job anyway (gathering long work keeps no node on

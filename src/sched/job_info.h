@@ -27,10 +27,18 @@ struct JobInfo {
   // on one node, holding no MIG instance (nor GPUs, unless PolicyConfig::migrate_gpu_jobs), not
   // migrating or being cancelled now, not moved within the cooldown.
   bool movable = false;
-  // What a move of a running job copies: the larger of its request and the memory its agent last
-  // measured its processes to hold (model::JobStatus::memory_used_mib). Its pause is priced by it.
+  // What a move of a running job copies (model::memory_to_move_mib). Its pause is priced by it, and
+  // its target must have it free.
   int64_t memory_to_copy_mib = 0;
   bool moved = false;  // moved in this cycle: no victim of a pre-emption in it
+
+  // What a move of this running job places on its target: its shape (with the target traits a
+  // movable job's carries), with room for the memory the move copies, not only the memory it asked.
+  JobShape shape_to_move() const {
+    JobShape moved = shape;
+    moved.memory_mib = memory_to_copy_mib;
+    return moved;
+  }
 
   // The latest start that still meets the deadline; nullopt without a deadline or an estimate.
   std::optional<Time> latest_start() const {

@@ -125,7 +125,7 @@ std::optional<MoveSet> MoveSelector::verify(ClusterState& state, const Placement
     const JobIndex job = state.allocation(a).job;
     const auto pause = config_.migration_pause(jobs_[job].memory_to_copy_mib);
     const Time job_end = end_after_pause(state.allocation(a).end, pause);
-    auto to = search.find(jobs_[job].shape, now_, job_end);
+    auto to = search.find(jobs_[job].shape_to_move(), now_, job_end);
     if (!to || !mover_may_take(*to)) {
       placed_all = false;
       break;

@@ -161,7 +161,7 @@ class Cycle {
         info.movable = config_.max_migrations_per_cycle > 0 && info.checkpointable && job.status.placement.size() == 1 &&
                        (config_.migrate_gpu_jobs || info.shape.kind == model::SliceKind::kNone) &&
                        !job.status.migration && !job.status.cancel_requested && !moved_recently(job);
-        info.memory_to_copy_mib = std::max(job.spec.memory_mib, job.status.memory_used_mib);
+        info.memory_to_copy_mib = model::memory_to_move_mib(job);
         if (info.movable) {
           const std::optional<NodeTraits> needs = traits_to_move_from(job);
           info.movable = needs.has_value();
@@ -238,8 +238,9 @@ class Cycle {
   }
 
   // A job moving live to another node still runs where it was until the target has it: the room it
-  // will take there (host CPU and memory, and the GPUs chosen for it) is held meanwhile, so that no
-  // job is placed into it and the target is not over-committed when the job arrives.
+  // will take there (host CPU, the memory the move copies, and the GPUs chosen for it) is held
+  // meanwhile, so that no job is placed into it and the target is not over-committed when the job
+  // arrives.
   void hold_migration_target(JobIndex j, Time end) {
     const model::Job& job = snap_.jobs[j];
     if (!job.status.migration || job.status.placement.size() != 1) return;
@@ -254,7 +255,7 @@ class Cycle {
       if (p != kNone) uses.push_back({p, static_cast<int16_t>(g.blocks), g.vram_mib});
     }
     bool over = false;
-    state_.allocate(j, node, info.shape.cpu_milli, info.shape.memory_mib, uses, info.shape.kind == model::SliceKind::kMig,
+    state_.allocate(j, node, info.shape.cpu_milli, info.memory_to_copy_mib, uses, info.shape.kind == model::SliceKind::kMig,
                     info.started, end, &over);
     ++job_allocations_[j].second;
   }

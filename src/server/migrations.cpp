@@ -90,7 +90,7 @@ std::map<std::string, NodeRoom> free_room(const ObjectCache& cache) {
       take_gpus(binding->node, binding->gpus);
     }
     if (job.status.migration && placement.size() == 1 && job.status.migration->to != placement.front().node) {
-      take(job.status.migration->to, {job.spec.cpu_milli, job.spec.memory_mib});
+      take(job.status.migration->to, {job.spec.cpu_milli, model::memory_to_move_mib(job)});
       take_gpus(job.status.migration->to, job.status.migration->gpus);
     }
   });
@@ -202,10 +202,13 @@ std::string migration_target_refusal(const model::Job& job, const model::Node& s
                        node.unschedulable ? " (cordoned)" : "");
   }
   if (node.peer_address.empty()) return "node " + name + " takes no migrations (its agent reported no peer endpoint)";
-  if (job.spec.cpu_milli > room.cpu_milli || job.spec.memory_mib > room.memory_mib) {
-    return fmt::format("node {} has {} milli-CPU and {} MiB of memory free; the job needs {} and {}", name,
+  // The target must hold what the move copies: a job that asked for no memory may hold gigabytes.
+  const int64_t memory = model::memory_to_move_mib(job);
+  if (job.spec.cpu_milli > room.cpu_milli || memory > room.memory_mib) {
+    return fmt::format("node {} has {} milli-CPU and {} MiB of memory free; the job needs {} and {}{}", name,
                        std::max<int64_t>(room.cpu_milli, 0), std::max<int64_t>(room.memory_mib, 0),
-                       job.spec.cpu_milli, job.spec.memory_mib);
+                       job.spec.cpu_milli, memory,
+                       memory > job.spec.memory_mib ? " (the memory its processes hold, which the move copies)" : "");
   }
   const bool holds_gpus = job.status.placement.size() == 1 && !job.status.placement.front().gpus.empty();
   if (std::string why = holds_gpus ? gpu_state_target_refusal(&source, node) : ""; !why.empty()) return why;

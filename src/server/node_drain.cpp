@@ -32,7 +32,7 @@ std::vector<std::string> NodeDrain::check_once() {
   struct Draining {
     bool requeues = false;  // drained with --requeue: what cannot move live is requeued
     int in_flight = 0;
-    std::vector<std::pair<int64_t, std::string>> movable;  // (memory_mib, job)
+    std::vector<std::pair<int64_t, std::string>> movable;  // (memory the move copies, job)
     std::vector<std::pair<std::string, std::string>> staying;  // (job, why it never moves)
     std::set<std::string> unstarted;  // bound there, not started yet: requeued to start elsewhere
   };
@@ -67,7 +67,7 @@ std::vector<std::string> NodeDrain::check_once() {
         ++it->second.in_flight;
       } else if (job.status.phase == model::JobPhase::kRunning && !job.status.cancel_requested) {
         if (job.spec.checkpointable) {
-          it->second.movable.emplace_back(job.spec.memory_mib, id);
+          it->second.movable.emplace_back(model::memory_to_move_mib(job), id);
         } else {
           it->second.staying.emplace_back(id, migration_refusal(job, nullptr));
         }

@@ -115,6 +115,22 @@ TEST(Drain, ANodeWithOneJobThatCannotMoveIsNotDrainedAtAll) {
   EXPECT_EQ(capacity_violation(s), "");
 }
 
+TEST(Drain, ANodeIsDrainedOnlyOntoRoomForTheMemoryItsJobsHold) {
+  // As light_b, with 16 GiB of memory on a: b0 asked for none, and what it holds decides.
+  auto make = [](int64_t held_mib) {
+    Snapshot s = snapshot_of({gpu_node("a", "h100", 4, 128000, 16 * 1024), gpu_node("b", "h100", 4), gpu_node("c", "h100", 4)},
+                             {running_job("a0", "h100", "a", {whole_gpu(0)}, kHour),
+                              running_job("a1", "h100", "a", {whole_gpu(1)}, kHour),
+                              running_job("b0", "h100", "b", {whole_gpu(2)}, kHour, movable())});
+    s.jobs[2].status.memory_used_mib = held_mib;
+    return s;
+  };
+  CycleResult r = run_cycle(make(8 * 1024), with_drains());
+  ASSERT_EQ(moved(r), std::vector<JobIndex>{2});
+  EXPECT_EQ(r.migrations[0].pause, std::chrono::milliseconds(1000 + 4400 * 8));
+  EXPECT_TRUE(run_cycle(make(20 * 1024), with_drains()).migrations.empty()) << "a cannot hold it, and c is idle";
+}
+
 TEST(Drain, AJobThatEndsSoonIsLeftToFinishAndItsNodeWaitsForIt) {
   // b0 ran an hour of its 70 minutes: it ends in 10, within power_down_after (30m).
   EXPECT_TRUE(run_cycle(light_b(movable({.estimate = kHour + 10 * kMinute})), with_drains()).migrations.empty());

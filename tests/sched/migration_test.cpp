@@ -316,6 +316,28 @@ TEST(Migration, TheCheapestMoveWinsLowerTiersAndLessMemoryFirst) {
   EXPECT_EQ(r.migrations[0].pause, std::chrono::milliseconds(1000 + 4400 * 4));
 }
 
+TEST(Migration, AMoverLandsOnlyWhereThereIsRoomForTheMemoryItsProcessesHold) {
+  // Only node b's free GPU can take `one` so that the pair gets node a. `one` asked for no memory
+  // (so it has no limit); what its processes hold decides whether b can take it.
+  auto make = [](int64_t held_mib, int64_t b_memory_mib) {
+    Snapshot s = snapshot_of({gpu_node("a", "h100", 2), gpu_node("b", "h100", 2, 128000, b_memory_mib)},
+                             {running_job("one", "h100", "a", {whole_gpu(0)}, kHour, {.checkpointable = true}),
+                              running_job("fill", "h100", "b", {whole_gpu(0)}, kHour, {.memory_mib = 4096}),
+                              pending_job("pair", "h100x2")});
+    s.jobs[0].status.memory_used_mib = held_mib;
+    return s;
+  };
+  // b has 12 GiB free: room for 8, not for 20.
+  Snapshot s = make(8 * 1024, 16 * 1024);
+  CycleResult r = run_cycle(s, with_moves());
+  ASSERT_EQ(moved(r), std::vector<JobIndex>{0}) << r.reason_for(2);
+  EXPECT_TRUE(placed(r, 2));
+  r = run_cycle(make(20 * 1024, 16 * 1024), with_moves());
+  EXPECT_TRUE(r.migrations.empty());
+  EXPECT_FALSE(placed(r, 2));
+  EXPECT_EQ(moved(run_cycle(make(20 * 1024, 32 * 1024), with_moves())), std::vector<JobIndex>{0});
+}
+
 // Three nodes of four GPUs, each with two one-GPU jobs: a four-GPU job needs two moves.
 Snapshot half_full() {
   std::vector<model::Job> jobs;
@@ -426,6 +448,20 @@ TEST(Migration, TheRoomAMoveInFlightWillTakeOnItsTargetIsHeld) {
   CycleResult r = run_cycle(make(true), PolicyConfig{});
   EXPECT_FALSE(placed(r, 1)) << "b's room is m's until it arrives";
   EXPECT_TRUE(r.warnings.empty());
+}
+
+TEST(Migration, TheRoomHeldForAMoveInFlightIsTheMemoryItsProcessesHold) {
+  // m asked for 1 GiB and its processes hold 14: b (16 GiB) keeps 2 GiB free while m moves there,
+  // too little for p's 4 GiB. a has no CPU left for p.
+  auto make = [](int64_t held_mib) {
+    model::Job m = running_job("m", "none", "a", {}, kHour, {.cpu_milli = 1000, .memory_mib = 1024, .checkpointable = true});
+    m.status.memory_used_mib = held_mib;
+    m.status.migration = model::Migration{"b", t0()};
+    return snapshot_of({gpu_node("a", "h100", 0, 1000, 32 * 1024), gpu_node("b", "h100", 0, 4000, 16 * 1024)},
+                       {m, pending_job("p", "none", {.cpu_milli = 1000, .memory_mib = 4096})});
+  };
+  EXPECT_TRUE(placed(run_cycle(make(512), PolicyConfig{}), 1)) << "holding less than it asked, its request is held";
+  EXPECT_FALSE(placed(run_cycle(make(14 * 1024), PolicyConfig{}), 1));
 }
 
 }  // namespace

@@ -102,6 +102,27 @@ TEST_F(MigrateApiTest, ATargetThatCannotTakeTheJobIsRefusedSayingWhy) {
   EXPECT_EQ(moving["status"]["migration"]["to"], "roomy") << moving.dump();
 }
 
+TEST_F(MigrateApiTest, ATargetMustHaveRoomForTheMemoryTheJobsProcessesHoldNotOnlyForItsRequest) {
+  // Two jobs that asked for no memory (so they have no limit); their agent measured each holding
+  // 6 GiB.
+  std::string id = running_job(1000), second = running_job(1000);
+  for (const auto& job : {id, second}) {
+    call(*source_, "PUT", "/v1/jobs/" + job + "/status", 200, {{"phase", "Running"}, {"memory_used_mib", 6144}});
+  }
+  register_node("small", "h100", 1, node_object("small", "h100", 1, 64000, 4096, "127.0.0.1:7443"));
+  Json refused = migrate(id, 422, {{"to", "small"}});
+  EXPECT_THAT(refused.dump(), HasSubstr("node small has 64000 milli-CPU and 4096 MiB of memory free; the job needs 1000 "
+                                        "and 6144 (the memory its processes hold, which the move copies)"))
+      << refused.dump();
+  EXPECT_THAT(migrate(id, 422).dump(), HasSubstr("nowhere to migrate it")) << "nor is it chosen when none is named";
+
+  // Room for what it holds: it moves there, and that room is held for it until it arrives.
+  register_node("roomy", "h100", 1, node_object("roomy", "h100", 1, 64000, 10240, "127.0.0.1:7443"));
+  EXPECT_EQ(migrate(id, 202)["status"]["migration"]["to"], "roomy");
+  Json held = migrate(second, 422, {{"to", "roomy"}});
+  EXPECT_THAT(held.dump(), HasSubstr("node roomy has 63000 milli-CPU and 4096 MiB of memory free")) << held.dump();
+}
+
 TEST_F(MigrateApiTest, AJobHoldingGpusMovesOnlyOntoANodeThatRestoresGpuStateAndItsGpusAreHeldThere) {
   source_ = server_->client(gpu_peer("gpu-1", 2));
   std::string id = running_gpu_job("h100", *source_);
