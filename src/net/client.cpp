@@ -38,6 +38,13 @@ namespace ssl = asio::ssl;
 using tcp = asio::ip::tcp;
 using boost::system::error_code;
 
+// Why a TLS file of the options could not be loaded: that it cannot be read, and why (no such file,
+// permission denied), or else that it is not `what`, with OpenSSL's reason.
+std::string file_problem(const std::string& path, const std::string& what, const error_code& ec) {
+  if (::access(path.c_str(), R_OK) != 0) return std::string("cannot read the file: ") + std::strerror(errno);
+  return "not " + what + ": " + ec.message();
+}
+
 struct Url {
   bool tls = true;
   std::string host;    // without brackets
@@ -112,14 +119,20 @@ class ClientImpl final : public Client {
     } else {
       tls_context_->load_verify_file(options_.ca_file, ec);
       if (ec) {
-        return Error::invalid_argument("ca_file", options_.ca_file, "not a readable PEM certificate: " + ec.message());
+        return Error::invalid_argument("ca_file", options_.ca_file, file_problem(options_.ca_file, "a PEM certificate", ec));
       }
     }
     if (!options_.cert_file.empty()) {
       tls_context_->use_certificate_chain_file(options_.cert_file, ec);
-      if (ec) return Error::invalid_argument("cert_file", options_.cert_file, "not a PEM certificate: " + ec.message());
+      if (ec) {
+        return Error::invalid_argument("cert_file", options_.cert_file,
+                                       file_problem(options_.cert_file, "a PEM certificate", ec));
+      }
       tls_context_->use_private_key_file(options_.key_file, ssl::context::pem, ec);
-      if (ec) return Error::invalid_argument("key_file", options_.key_file, "not a PEM private key: " + ec.message());
+      if (ec) {
+        return Error::invalid_argument("key_file", options_.key_file,
+                                       file_problem(options_.key_file, "a PEM private key", ec));
+      }
     }
     return Status::ok();
   }

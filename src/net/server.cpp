@@ -1056,10 +1056,11 @@ Result<std::unique_ptr<ssl::context>> make_tls_context(const ServerOptions& opti
                                    "does not match the certificate in " + options.cert_file);
   }
   if (!options.client_ca_file.empty()) {
+    if (auto status = check_readable("client_ca_file", options.client_ca_file); !status) return status.error();
     context->load_verify_file(options.client_ca_file, ec);
     if (ec) {
       return Error::invalid_argument("client_ca_file", options.client_ca_file,
-                                     "not a readable PEM certificate: " + ec.message());
+                                     "not a PEM certificate: " + ec.message());
     }
     context->set_verify_mode(ssl::verify_peer | ssl::verify_fail_if_no_peer_cert);
   }

@@ -420,6 +420,41 @@ TEST(Client, RefusesACertificateThatDoesNotNameTheServerAddress) {
   EXPECT_THAT(client.error().to_string(), HasSubstr("verification"));
 }
 
+TEST(Client, ATlsFileThatIsMissingOrNotPemIsRefusedSayingWhichAndWhy) {
+  Pki pki;
+  auto server = start_tls(pki, [](const Request&) { return text("ok"); });
+  ASSERT_TRUE(server);
+  const std::string missing = pki.dir.file("no-such-ca.pem"), garbage = pki.dir.file("garbage.pem");
+  std::FILE* f = std::fopen(garbage.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fputs("not a certificate\n", f);
+  std::fclose(f);
+  auto absent = Client::connect({.url = server->url(), .ca_file = missing, .timeout = 10s});
+  ASSERT_FALSE(absent);
+  EXPECT_EQ(absent.error().field, "ca_file");
+  EXPECT_EQ(absent.error().value, missing);
+  EXPECT_THAT(absent.error().message, HasSubstr("cannot read the file: No such file or directory"));
+  auto wrong = Client::connect({.url = server->url(), .ca_file = garbage, .timeout = 10s});
+  ASSERT_FALSE(wrong);
+  EXPECT_EQ(wrong.error().field, "ca_file");
+  EXPECT_THAT(wrong.error().message, HasSubstr("not a PEM certificate"));
+  auto no_key = Client::connect(
+      {.url = server->url(), .ca_file = pki.ca_cert, .timeout = 10s, .cert_file = pki.cert, .key_file = missing});
+  ASSERT_FALSE(no_key);
+  EXPECT_EQ(no_key.error().field, "key_file");
+  EXPECT_THAT(no_key.error().message, HasSubstr("cannot read the file"));
+
+  auto no_cert = Server::start({.cert_file = missing, .key_file = pki.key}, [](const Request&) { return text("ok"); });
+  ASSERT_FALSE(no_cert);
+  EXPECT_EQ(no_cert.error().field, "cert_file");
+  EXPECT_THAT(no_cert.error().message, HasSubstr("cannot read the file: No such file or directory"));
+  auto bad_ca = Server::start({.cert_file = pki.cert, .key_file = pki.key, .client_ca_file = garbage},
+                              [](const Request&) { return text("ok"); });
+  ASSERT_FALSE(bad_ca);
+  EXPECT_EQ(bad_ca.error().field, "client_ca_file");
+  EXPECT_THAT(bad_ca.error().message, HasSubstr("not a PEM certificate"));
+}
+
 TEST(Client, ReportsAServerThatIsNotThereAsUnavailable) {
   auto server = start_plain([](const Request&) { return text("ok"); });
   ASSERT_TRUE(server);
