@@ -88,74 +88,85 @@ net::Response Api::register_node(const Call& call) {
   size_t dot = token.find('.');
   std::string token_id = dot == std::string::npos ? token : token.substr(0, dot);
   std::string secret = dot == std::string::npos ? "" : token.substr(dot + 1);
-  auto join = ctx_.store.get(kind::kJoinTokens, token_id);
   auto refuse = [&](const std::string& why) {
     Error e = Error::of(ErrorCode::kUnauthenticated, "join_token", token_id, why);
     audit_refusal(call, "nodes.register", token_id, e);
     return error_response(e);
   };
-  if (!join || token_id.empty()) return refuse("unknown join token");
-  auto jt = model::join_token_from_json(Json::parse(join->value, nullptr, false));
-  if (!jt) return refuse("unreadable join token record");
-  if (!same_secret(auth::sha256_hex(secret), jt->secret_sha256)) return refuse("wrong join token secret");
-  if (jt->revoked) return refuse("join token was revoked");
-  if (jt->expires_at <= call.now) return refuse("join token expired at " + format_rfc3339(jt->expires_at));
-  if (jt->max_uses && jt->uses >= *jt->max_uses) return refuse("join token was used its maximum number of times");
+  const Json& node_body = (*body)["node"];
+  // Nodes joining at once with one token each count a use of it: the one whose commit finds the
+  // token (or a node of the same name) changed since it read them reads them again, not fails. Each
+  // lost commit is another node's join, so the bound is a fleet joining in the same instant.
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    auto join = ctx_.store.get(kind::kJoinTokens, token_id);
+    if (!join || token_id.empty()) return refuse("unknown join token");
+    auto jt = model::join_token_from_json(Json::parse(join->value, nullptr, false));
+    if (!jt) return refuse("unreadable join token record");
+    if (!same_secret(auth::sha256_hex(secret), jt->secret_sha256)) return refuse("wrong join token secret");
+    if (jt->revoked) return refuse("join token was revoked");
+    if (jt->expires_at <= call.now) return refuse("join token expired at " + format_rfc3339(jt->expires_at));
+    if (jt->max_uses && jt->uses >= *jt->max_uses) return refuse("join token was used its maximum number of times");
 
-  Json node_body = (*body)["node"];
-  auto node = model::node_from_json(node_body);
-  if (!node) {
-    Error e = node.error();
-    e.field = "node." + e.field;
-    return error_response(e);
-  }
-  const std::string name = node->meta.name;
-  auto existing = ctx_.store.get(kind::kNodes, name);
-  if (existing) {
-    // Re-registration (an agent reinstalled): the operator's cordon or drain survives it.
-    auto old = model::node_from_json(Json::parse(existing->value, nullptr, false));
-    if (old && (old->phase == model::NodePhase::kCordoned || old->phase == model::NodePhase::kDraining)) {
-      node->phase = old->phase;
-      node->unschedulable = true;
-      node->drain_requeues = old->drain_requeues;
+    auto node = model::node_from_json(node_body);
+    if (!node) {
+      Error e = node.error();
+      e.field = "node." + e.field;
+      return error_response(e);
+    }
+    const std::string name = node->meta.name;
+    auto existing = ctx_.store.get(kind::kNodes, name);
+    if (existing) {
+      // Re-registration (an agent reinstalled): the operator's cordon or drain survives it.
+      auto old = model::node_from_json(Json::parse(existing->value, nullptr, false));
+      if (old && (old->phase == model::NodePhase::kCordoned || old->phase == model::NodePhase::kDraining)) {
+        node->phase = old->phase;
+        node->unschedulable = true;
+        node->drain_requeues = old->drain_requeues;
+      } else {
+        node->phase = model::NodePhase::kReady;
+        node->drain_requeues = false;
+      }
     } else {
       node->phase = model::NodePhase::kReady;
+      node->unschedulable = false;
       node->drain_requeues = false;
     }
-  } else {
-    node->phase = model::NodePhase::kReady;
-    node->unschedulable = false;
-    node->drain_requeues = false;
+    node->last_heartbeat = call.now;
+    node->meta.revision = 0;
+
+    model::ApiToken credential;
+    credential.meta.name = auth::random_hex(16);
+    credential.user = "node:" + name;
+    credential.expires_at = call.now + kNodeCredentialTtl;
+    credential.created_by = "join-token:" + token_id;
+    jt->uses += 1;
+
+    std::vector<store::Op> ops;
+    Json node_value = to_json(*node);
+    ops.push_back(existing ? store::Op::update(kind::kNodes, name, node_value.dump(), existing->mod_revision)
+                           : store::Op::create(kind::kNodes, name, node_value.dump()));
+    ops.push_back(store::Op::create(kind::kApiTokens, credential.meta.name, to_json(credential).dump()));
+    Json jt_value = to_json(*jt);
+    jt_value["metadata"].erase("revision");
+    ops.push_back(store::Op::update(kind::kJoinTokens, token_id, jt_value.dump(), join->mod_revision));
+    Caller as_node;
+    as_node.user = "node:" + name;
+    Call audited{call.request, as_node, call.params, call.now};
+    auto committed = commit(audited, std::move(ops), "nodes.register", name,
+                            {{"gpus", node->gpus.size()}, {"simulated", node->simulated}, {"join_token", token_id}});
+    if (!committed) {
+      const ErrorCode code = committed.error().code;
+      if (code == ErrorCode::kConflict || code == ErrorCode::kAlreadyExists) continue;
+      return error_response(committed.error());
+    }
+    ctx_.wake_scheduler();
+    auth::MintRequest mint{"node:" + name, "", credential.meta.name, kNodeCredentialTtl};
+    std::string jwt = auth::mint_hs256(mint, ctx_.signing, call.now);
+    node->meta.revision = committed->revision;
+    return json_response(201, {{"token", jwt}, {"node", node_json(*node)}});
   }
-  node->last_heartbeat = call.now;
-  node->meta.revision = 0;
-
-  model::ApiToken credential;
-  credential.meta.name = auth::random_hex(16);
-  credential.user = "node:" + name;
-  credential.expires_at = call.now + kNodeCredentialTtl;
-  credential.created_by = "join-token:" + token_id;
-  jt->uses += 1;
-
-  std::vector<store::Op> ops;
-  Json node_value = to_json(*node);
-  ops.push_back(existing ? store::Op::update(kind::kNodes, name, node_value.dump(), existing->mod_revision)
-                         : store::Op::create(kind::kNodes, name, node_value.dump()));
-  ops.push_back(store::Op::create(kind::kApiTokens, credential.meta.name, to_json(credential).dump()));
-  Json jt_value = to_json(*jt);
-  jt_value["metadata"].erase("revision");
-  ops.push_back(store::Op::update(kind::kJoinTokens, token_id, jt_value.dump(), join->mod_revision));
-  Caller as_node;
-  as_node.user = "node:" + name;
-  Call audited{call.request, as_node, call.params, call.now};
-  auto committed = commit(audited, std::move(ops), "nodes.register", name,
-                          {{"gpus", node->gpus.size()}, {"simulated", node->simulated}, {"join_token", token_id}});
-  if (!committed) return error_response(committed.error());
-  ctx_.wake_scheduler();
-  auth::MintRequest mint{"node:" + name, "", credential.meta.name, kNodeCredentialTtl};
-  std::string jwt = auth::mint_hs256(mint, ctx_.signing, call.now);
-  node->meta.revision = committed->revision;
-  return json_response(201, {{"token", jwt}, {"node", node_json(*node)}});
+  return error_response(Error::of(ErrorCode::kConflict, "join_token", token_id,
+                                  "the token and the node kept changing while this node joined; retry"));
 }
 
 net::Response Api::heartbeat(const Call& call) {

@@ -2,6 +2,11 @@
 // may not see, 403 for what it sees but may not do).
 #include <gmock/gmock.h>
 
+#include <algorithm>
+#include <atomic>
+#include <thread>
+#include <vector>
+
 #include "auth/auth.h"
 #include "fixtures.h"
 
@@ -149,6 +154,40 @@ TEST_F(AccessTest, NodeCredentialsComeOnlyFromValidJoinTokens) {
   Json second = call(*admin_, "POST", "/v1/join-tokens", 201, {{"ttl", "1h"}});
   call(*admin_, "POST", "/v1/join-tokens/" + second["record"]["metadata"]["name"].get<std::string>() + "/revoke", 200, Json::object());
   EXPECT_EQ(anonymous->request("POST", "/v1/nodes", Json{{"join_token", second["token"]}, {"node", node}}.dump())->status, 401);
+}
+
+TEST_F(AccessTest, NodesJoiningAtOnceWithOneTokenEachJoinAndEachUseIsCounted) {
+  // A fleet started with one token: every agent registers at the same moment. Each registration
+  // counts a use of the token, so all but one find it changed when they commit; they are not refused
+  // for that, and a token's limit still holds exactly.
+  auto join_at_once = [&](const std::string& token, const std::string& prefix, int nodes) {
+    std::vector<int> statuses(static_cast<size_t>(nodes));
+    std::vector<std::thread> joiners;
+    std::atomic<bool> go{false};
+    for (int i = 0; i < nodes; ++i) {
+      joiners.emplace_back([&, i, client = server_->client("")]() mutable {
+        const Json body{{"join_token", token}, {"node", node_object(prefix + std::to_string(i), "l4", 1)}};
+        while (!go) std::this_thread::yield();
+        auto response = client->request("POST", "/v1/nodes", body.dump());
+        statuses[static_cast<size_t>(i)] = response ? response->status : -1;
+      });
+    }
+    go = true;
+    for (auto& joiner : joiners) joiner.join();
+    return statuses;
+  };
+  auto count = [](const std::vector<int>& statuses, int status) {
+    return std::count(statuses.begin(), statuses.end(), status);
+  };
+  Json fleet = call(*admin_, "POST", "/v1/join-tokens", 201, {{"ttl", "1h"}});
+  std::vector<int> joined = join_at_once(fleet["token"], "fleet-", 8);
+  EXPECT_EQ(count(joined, 201), 8) << ::testing::PrintToString(joined);
+
+  Json limited = call(*admin_, "POST", "/v1/join-tokens", 201, {{"ttl", "1h"}, {"max_uses", 3}});
+  joined = join_at_once(limited["token"], "few-", 8);
+  EXPECT_EQ(count(joined, 201), 3) << ::testing::PrintToString(joined);
+  EXPECT_EQ(count(joined, 401), 5) << ::testing::PrintToString(joined);
+  EXPECT_EQ(call(*admin_, "GET", "/v1/nodes", 200)["items"].size(), 11u);
 }
 
 TEST_F(AccessTest, ANodeCredentialActsOnlyForItsOwnNode) {
