@@ -73,6 +73,24 @@ bool same_secret(const std::string& a, const std::string& b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
+// A registering node is Ready, unless an earlier registration of its name (an agent reinstalled)
+// was cordoned or draining: the operator's decision survives it.
+void set_registered_phase(model::Node& node, const store::Record* existing) {
+  if (existing) {
+    auto old = model::node_from_json(Json::parse(existing->value, nullptr, false));
+    if (old && (old->phase == model::NodePhase::kCordoned || old->phase == model::NodePhase::kDraining)) {
+      node.phase = old->phase;
+      node.unschedulable = true;
+      node.drain_requeues = old->drain_requeues;
+      return;
+    }
+  } else {
+    node.unschedulable = false;
+  }
+  node.phase = model::NodePhase::kReady;
+  node.drain_requeues = false;
+}
+
 }  // namespace
 
 net::Response Api::register_node(const Call& call) {
@@ -115,22 +133,7 @@ net::Response Api::register_node(const Call& call) {
     }
     const std::string name = node->meta.name;
     auto existing = ctx_.store.get(kind::kNodes, name);
-    if (existing) {
-      // Re-registration (an agent reinstalled): the operator's cordon or drain survives it.
-      auto old = model::node_from_json(Json::parse(existing->value, nullptr, false));
-      if (old && (old->phase == model::NodePhase::kCordoned || old->phase == model::NodePhase::kDraining)) {
-        node->phase = old->phase;
-        node->unschedulable = true;
-        node->drain_requeues = old->drain_requeues;
-      } else {
-        node->phase = model::NodePhase::kReady;
-        node->drain_requeues = false;
-      }
-    } else {
-      node->phase = model::NodePhase::kReady;
-      node->unschedulable = false;
-      node->drain_requeues = false;
-    }
+    set_registered_phase(*node, existing ? &*existing : nullptr);
     node->last_heartbeat = call.now;
     node->meta.revision = 0;
 

@@ -190,6 +190,25 @@ TEST_F(AccessTest, NodesJoiningAtOnceWithOneTokenEachJoinAndEachUseIsCounted) {
   EXPECT_EQ(call(*admin_, "GET", "/v1/nodes", 200)["items"].size(), 11u);
 }
 
+TEST_F(AccessTest, ANodeRegisteringAgainKeepsTheOperatorsCordonOrDrain) {
+  // An agent reinstalled registers its node again with a new token.
+  auto phase_after_joining_again = [&] {
+    register_node("gpu-1", "h100", 1);
+    return call(*admin_, "GET", "/v1/nodes/gpu-1", 200);
+  };
+  EXPECT_EQ(phase_after_joining_again()["status"]["phase"], "Ready");
+  call(*admin_, "POST", "/v1/nodes/gpu-1/cordon", 200);
+  EXPECT_EQ(phase_after_joining_again()["status"]["phase"], "Cordoned");
+  call(*admin_, "POST", "/v1/nodes/gpu-1/drain", 200, {{"requeue", true}});
+  Json draining = phase_after_joining_again();
+  EXPECT_EQ(draining["status"]["phase"], "Draining") << draining.dump();
+  EXPECT_EQ(draining["spec"].value("drain_requeues", false), true) << draining.dump();
+  call(*admin_, "POST", "/v1/nodes/gpu-1/uncordon", 200);
+  Json ready = phase_after_joining_again();
+  EXPECT_EQ(ready["status"]["phase"], "Ready") << ready.dump();
+  EXPECT_FALSE(ready["spec"].contains("drain_requeues")) << ready.dump();
+}
+
 TEST_F(AccessTest, ANodeCredentialActsOnlyForItsOwnNode) {
   std::string credential = register_node("gpu-1", "h100", 8);
   register_node("gpu-2", "h100", 8);
