@@ -125,6 +125,7 @@ Result<std::unique_ptr<DevCluster>> DevCluster::start(const DevConfig& config) {
   server::ServerConfig server_config;
   server_config.data_dir = server_dir;
   server_config.listen = config.listen;
+  if (config.policy) server_config.policy = *config.policy;
   auto plane = server::ControlPlane::start(server_config);
   if (!plane) return plane.error();
 

@@ -4,9 +4,11 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/result.h"
+#include "sched/policy_config.h"
 
 namespace cnlab::dev {
 
@@ -17,6 +19,7 @@ struct DevConfig {
   std::string node_name;                 // default: the host name
   std::string metrics_listen = "127.0.0.1:9402";
   std::chrono::milliseconds stop_grace{10000};
+  std::optional<sched::PolicyConfig> policy;  // the scheduler's (--scheduler-config); else its defaults
 };
 
 struct DevInfo {

@@ -19,6 +19,7 @@ namespace {
 struct DevFlags {
   DevConfig config;
   std::string stop_grace = "10s";
+  std::string scheduler_config;
   bool no_config = false;
 };
 
@@ -32,6 +33,11 @@ int run_dev(DevFlags& flags) {
   auto grace = parse_duration(flags.stop_grace, "--stop-grace");
   if (!grace) return fail(grace.error());
   flags.config.stop_grace = std::chrono::duration_cast<std::chrono::milliseconds>(*grace);
+  if (!flags.scheduler_config.empty()) {
+    auto policy = sched::policy_config_from_file(flags.scheduler_config, "--scheduler-config");
+    if (!policy) return fail(policy.error());
+    flags.config.policy = std::move(*policy);
+  }
 
   // Logs go to stderr: stdout carries what the user and scripts read.
   spdlog::set_default_logger(spdlog::stderr_color_mt("cnlab-dev"));
@@ -75,6 +81,9 @@ void add_dev_commands(CLI::App& app) {
   dev->add_option("--metrics-listen", flags->config.metrics_listen, "Where the agent serves /metrics (\"\" for none)")
       ->capture_default_str();
   dev->add_option("--stop-grace", flags->stop_grace, "SIGTERM to SIGKILL for a stopped job")->capture_default_str();
+  dev->add_option("--scheduler-config", flags->scheduler_config,
+                  "JSON file of scheduler policy settings, as `cnlab server` takes it (migration for room, "
+                  "drains, tiers...; see docs/scheduler.md)");
   dev->add_flag("--no-config", flags->no_config, "Do not write the CLI's config file (~/.config/cnlab/config)");
   dev->footer(
       "Example:\n"

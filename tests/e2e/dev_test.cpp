@@ -135,6 +135,25 @@ TEST_F(DevTest, CtrlCStopsTheRunningJobsAndTheirStopIsRecorded) {
   EXPECT_EQ(log_texts(*client, id), std::vector<std::string>{"started"});
 }
 
+TEST_F(DevTest, ASchedulerConfigSetsTheEmbeddedSchedulersPolicyAndABadOneIsAClearError) {
+  // A node idle past power_down_after (1s here, 30m by default) is named a power-down candidate.
+  const std::string config = dir_.path() + "/scheduler.json";
+  { std::ofstream(config) << R"({"power_down_after": "1s", "max_migrations_per_cycle": 4})"; }
+  DevProcess dev(home(), data(), {"--scheduler-config", config});
+  auto client = cli_client(dev);
+  Json node;
+  EXPECT_TRUE(eventually([&] {
+    node = call(*client, "GET", "/v1/nodes", 200)["items"][0];
+    return node["status"].value("power_down_candidate", false);
+  }, 30s)) << node.dump();
+  EXPECT_EQ(dev.stop(SIGINT), 0);
+
+  { std::ofstream(config) << R"({"max_moves_per_job": 0})"; }
+  auto [status, out] = run_cnlab({"dev", "--data-dir", data(), "--listen", "127.0.0.1:0", "--scheduler-config", config});
+  EXPECT_EQ(status, 2) << out;
+  EXPECT_NE(out.find("max_moves_per_job"), std::string::npos) << out;
+}
+
 TEST_F(DevTest, AnUnusableDataDirectoryIsAClearErrorNotACrash) {
   std::string file = dir_.path() + "/not-a-dir";
   { std::ofstream(file) << "x"; }
